@@ -1,0 +1,156 @@
+/*
+ * switchyard plugin ABI — common part: versions, status codes, options, the host API and the plugin entry.
+ *
+ * This header and its siblings (engine.h, drafter.h) are the whole contract between the switchyard host and a
+ * plugin. Plain C99, no dependencies beyond <stdint.h> and <stddef.h>.
+ *
+ * Versioning
+ *   - The ABI has a major and a minor version. A host loads a plugin only if the majors are equal and the
+ *     plugin's minor is not newer than the host's. Minors only append: fields at the end of structs, functions at
+ *     the end of tables, new interface ids. Nothing is ever removed or reordered within a major.
+ *   - Every struct that crosses the boundary starts with `uint32_t struct_size`, set by whoever fills the struct
+ *     to sizeof() of the struct as it was compiled. The reader only touches fields that lie inside struct_size
+ *     (SY_HAS_FIELD below); a field outside it reads as absent (NULL / 0).
+ *   - A plugin may compile against an older minor by defining SY_ABI_TARGET_MINOR before including these
+ *     headers; fields added after that minor are then left out of the structs and its entry reports that minor.
+ *   - Interfaces are looked up by string id with their major inside the id ("sy.engine/1"). NULL means the
+ *     plugin does not offer that interface.
+ *
+ * Ownership
+ *   - What a side allocates, that side frees. Pointers a plugin returns (names, messages, model handles, token
+ *     bytes) stay owned by the plugin; their lifetime is stated beside each call. Buffers the host passes in
+ *     (logits rows, token arrays) stay owned by the host and are only valid during the call.
+ *   - No FILE *, errno, C++ exceptions or allocator handles cross the boundary. Calls return sy_status; on failure
+ *     the plugin's error_message() explains (see engine.h).
+ *
+ * Threading (the general rule; each call's own rule is written beside it)
+ *   - entry->init and entry->deinit run once each, on one thread, before and after every other call.
+ *   - Host API functions may be called from any thread, at any time between init and deinit.
+ */
+#ifndef SWITCHYARD_ABI_H
+#define SWITCHYARD_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SY_ABI_VERSION_MAJOR 1
+#define SY_ABI_VERSION_MINOR 1
+
+/* Minor 1.1 appended: sy_engine_api.memory_usage. */
+
+#ifndef SY_ABI_TARGET_MINOR
+#define SY_ABI_TARGET_MINOR SY_ABI_VERSION_MINOR
+#endif
+#if SY_ABI_TARGET_MINOR > SY_ABI_VERSION_MINOR
+#error "SY_ABI_TARGET_MINOR is newer than these headers"
+#endif
+
+/* True when the struct pointed to by p, whose struct_size the filler set, contains member m. */
+#define SY_HAS_FIELD(p, type, m) \
+    ((p) != NULL && (size_t)(p)->struct_size >= offsetof(type, m) + sizeof(((type *)0)->m))
+
+#if defined(_WIN32)
+#define SY_EXPORT __declspec(dllexport)
+#else
+#define SY_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* The one symbol every plugin exports, a `const sy_plugin_entry`. */
+#define SY_PLUGIN_ENTRY_SYMBOL "sy_plugin_entry"
+
+typedef enum sy_status {
+    SY_OK = 0,
+    SY_ERR_INVALID_ARGUMENT = 1, /* a bad parameter or option value */
+    SY_ERR_UNSUPPORTED = 2,      /* not this plugin's format, architecture, or feature */
+    SY_ERR_IO = 3,               /* reading or writing a file failed */
+    SY_ERR_FORMAT = 4,           /* an input (model file, state stream) is malformed */
+    SY_ERR_OUT_OF_MEMORY = 5,
+    SY_ERR_CONTEXT_FULL = 6,     /* a sequence would grow past the loaded context length */
+    SY_ERR_CANCELLED = 7,        /* the host asked for cancellation (sy_host_api.is_cancelled) */
+    SY_ERR_NO_DEVICE = 8,        /* the accelerator this plugin needs is absent */
+    SY_ERR_BUFFER_TOO_SMALL = 9, /* the host's buffer is too small; the needed size was reported */
+    SY_ERR_INTERNAL = 10
+} sy_status;
+
+typedef enum sy_log_level {
+    SY_LOG_ERROR = 0,
+    SY_LOG_WARN = 1,
+    SY_LOG_INFO = 2,
+    SY_LOG_DEBUG = 3
+} sy_log_level;
+
+/* A key=value option, e.g. {"threads", "4"}. Both strings are owned by the caller. */
+typedef struct sy_option {
+    const char *key;
+    const char *value;
+} sy_option;
+
+/* Opaque host-side handle of one host call in progress (for cancellation checks). */
+typedef struct sy_host_call sy_host_call;
+/* Opaque host-side reference to another loaded model, held by a drafter. */
+typedef struct sy_engine_ref sy_engine_ref;
+
+struct sy_engine_api;
+struct sy_model;
+
+/*
+ * Functions the host lends to plugins. Passed to init(); valid until deinit() returns.
+ * All of them may be called from any thread.
+ */
+typedef struct sy_host_api {
+    uint32_t struct_size;
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    const char *host_version; /* "switchyard 0.1.0", owned by the host */
+
+    /* Log one line (no trailing newline needed). `plugin` names the caller. */
+    void (*log)(sy_log_level level, const char *plugin, const char *message);
+
+    /* Non-zero once the host wants the call behind `call` to stop (client gone, shutdown).
+     * Long calls (a prefill over thousands of tokens) check it between layers or chunks and then return
+     * SY_ERR_CANCELLED, leaving the sequence as it was before the call. `call` may be NULL: returns 0. */
+    int (*is_cancelled)(const sy_host_call *call);
+
+    /* For drafters: borrow another loaded model by its configured name. On SY_OK the engine table, the model
+     * handle and a reference are returned; the model stays loaded until release_engine(ref). The borrower must
+     * follow the engine's threading rules, i.e. call it only from within its own drafter calls. */
+    sy_status (*acquire_engine)(const char *model_name, const struct sy_engine_api **engine,
+                                struct sy_model **model, sy_engine_ref **ref);
+    void (*release_engine)(sy_engine_ref *ref);
+} sy_host_api;
+
+/*
+ * The plugin entry: `SY_EXPORT const sy_plugin_entry sy_plugin_entry = { ... };`
+ * Fill it with SY_PLUGIN_ENTRY_INIT so the versions and struct_size are right for the headers compiled against.
+ */
+typedef struct sy_plugin_entry {
+    uint32_t struct_size;
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    const char *name;        /* unique among loaded plugins: [a-z0-9-], at most 63 chars */
+    const char *version;     /* the plugin's own version, e.g. "0.1.0" */
+    const char *description; /* one line */
+
+    /* Called once after loading, before anything else. Return SY_OK or an error (the host then unloads the
+     * plugin and reports it refused). `host` outlives the plugin. */
+    sy_status (*init)(const sy_host_api *host);
+    /* Called once before unloading, after every model of the plugin was unloaded. */
+    void (*deinit)(void);
+    /* A function table by interface id ("sy.engine/1", "sy.engine.state/1", "sy.drafter/1", ...), or NULL.
+     * The table is static and stays valid until deinit. May be called from any thread after init. */
+    const void *(*get_interface)(const char *id);
+} sy_plugin_entry;
+
+#define SY_PLUGIN_ENTRY_INIT(name_, version_, description_, init_, deinit_, get_interface_) \
+    { sizeof(sy_plugin_entry), SY_ABI_VERSION_MAJOR, SY_ABI_TARGET_MINOR, (name_), (version_),    \
+      (description_), (init_), (deinit_), (get_interface_) }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SWITCHYARD_ABI_H */

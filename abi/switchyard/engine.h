@@ -1,0 +1,238 @@
+/*
+ * switchyard plugin ABI — engines: interface "sy.engine/1" and its optional extensions
+ * "sy.engine.sampling/1" and "sy.engine.state/1".
+ *
+ * An engine loads a model file or directory and runs it: tokenizer, sequences with their KV state, and one
+ * batched decode over several sequences at a time. Everything that is not model math (scheduling, sampling by
+ * default, chat templates, HTTP) lives in the host.
+ *
+ * Threading contract for one loaded model (sy_model):
+ *   - "serial" calls: decode, every seq_* call, the sampling and state extensions. The host never runs two serial
+ *     calls on the same model at once (it owns one engine loop per model). They may run concurrently with serial
+ *     calls on *other* models. Inside a call the engine may use as many threads of its own as it likes.
+ *   - "any-thread" calls: model_info, tokenize, token_to_bytes, token_flags, memory_usage, error_message. These
+ *     read immutable data (or atomically updated counters) and may run on any thread, concurrently with each other
+ *     and with serial calls.
+ *   - unload runs only after every other call on that model has returned; no call on the model follows it.
+ *   - probe and load may run on any thread, concurrently with calls on other models.
+ *
+ * Errors: every call that returns sy_status leaves, on failure, a message for error_message() on the calling
+ * thread. Messages are one line and name what is wrong ("tensor blk.3.attn_q.weight: data extends past the end
+ * of the file").
+ */
+#ifndef SWITCHYARD_ENGINE_H
+#define SWITCHYARD_ENGINE_H
+
+#include "abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SY_ENGINE_INTERFACE_ID "sy.engine/1"
+#define SY_ENGINE_SAMPLING_INTERFACE_ID "sy.engine.sampling/1"
+#define SY_ENGINE_STATE_INTERFACE_ID "sy.engine.state/1"
+
+typedef struct sy_model sy_model; /* a loaded model, owned by the plugin */
+typedef struct sy_seq sy_seq;     /* one sequence (its tokens and KV), owned by the plugin */
+
+/* Bits of sy_engine_api.token_flags(). */
+enum {
+    SY_TOKEN_NORMAL = 0,
+    SY_TOKEN_CONTROL = 1u << 0,      /* special/control token: not rendered as text by default */
+    SY_TOKEN_END_OF_GENERATION = 1u << 1, /* generation stops here (EOS, end-of-turn) */
+    SY_TOKEN_BYTE = 1u << 2,         /* a raw byte token (SentencePiece byte fallback) */
+    SY_TOKEN_UNUSED = 1u << 3
+};
+
+/* Flags of sy_engine_api.tokenize(). */
+enum {
+    SY_TOKENIZE_ADD_SPECIAL = 1u << 0,   /* add the model's BOS (or prefix tokens) where it wants them */
+    SY_TOKENIZE_PARSE_SPECIAL = 1u << 1  /* match special-token text ("<|im_start|>") inside the input */
+};
+
+/* Facts about a loaded model. Strings are owned by the model and valid until unload. */
+typedef struct sy_model_info {
+    uint32_t struct_size;
+    const char *architecture;  /* "llama", "qwen2", "qwen3", "lfm2", ... */
+    const char *name;          /* a display name, e.g. from the model's metadata; may be "" */
+    const char *weight_dtype;  /* the dominant weight type: "f32", "bf16", "q4_k_m", ... */
+    const char *fingerprint;   /* stable hex id over the weights' identity and config; equal for equal models */
+    const char *chat_template; /* the model's own template text (Jinja) or NULL */
+    uint32_t n_vocab;          /* rows of the logits */
+    uint32_t n_ctx_train;      /* context the model was trained for */
+    uint32_t n_ctx;            /* most tokens one sequence may hold as loaded */
+    uint32_t n_layer;
+    uint32_t n_embd;
+    uint64_t n_params;
+    int32_t bos_token;         /* -1 when absent */
+    int32_t eos_token;         /* -1 when absent */
+    int32_t pad_token;         /* -1 when absent */
+    uint32_t add_bos;          /* non-zero when SY_TOKENIZE_ADD_SPECIAL prepends BOS */
+    uint32_t max_sequences;    /* most sequences alive at once (0 = no limit of the engine's own) */
+} sy_model_info;
+
+/* Memory a model holds, for the host's budget. Byte counts; 0 where it does not apply. */
+typedef struct sy_memory_usage {
+    uint32_t struct_size;
+    uint64_t mapped_bytes;   /* file-backed mappings (weights, disk-backed KV) */
+    uint64_t resident_bytes; /* anonymous host memory: KV in RAM, buffers, scratch */
+    uint64_t device_bytes;   /* accelerator memory */
+    uint64_t kv_bytes;       /* of the above, the live KV of all sequences */
+} sy_memory_usage;
+
+/*
+ * One sequence's part of a batched decode. The tokens are appended at the sequence's current end (positions
+ * len .. len+n_tokens-1). Logits are wanted for the last n_logits of those tokens (0 <= n_logits <= n_tokens),
+ * written row after row to `logits` (n_logits * n_vocab floats, owned by the host).
+ */
+typedef struct sy_decode_item {
+    uint32_t struct_size;
+    sy_seq *seq;
+    const int32_t *tokens;
+    uint32_t n_tokens;
+    uint32_t n_logits;
+    float *logits;
+} sy_decode_item;
+
+typedef struct sy_decode_batch {
+    uint32_t struct_size;
+    uint32_t n_items;        /* each sequence appears at most once */
+    uint32_t item_size;      /* stride of items[] in bytes: sizeof(sy_decode_item) as the host compiled it */
+    const sy_decode_item *items;
+    const sy_host_call *call; /* for sy_host_api.is_cancelled; may be NULL */
+} sy_decode_batch;
+
+/* The i-th item of a batch, honouring the host's stride. */
+static inline const sy_decode_item *sy_decode_batch_item(const sy_decode_batch *b, uint32_t i) {
+    return (const sy_decode_item *)(const void *)((const char *)b->items + (size_t)i * b->item_size);
+}
+
+typedef struct sy_engine_api {
+    uint32_t struct_size;
+
+    /* The message of the last failed call on this thread; never NULL; valid until the thread's next call. */
+    const char *(*error_message)(void);
+
+    /* Can this plugin load `path`? SY_OK if so; SY_ERR_UNSUPPORTED (with a message saying why) if not.
+     * Reads as little as it needs (a header). */
+    sy_status (*probe)(const char *path);
+
+    /* Load a model. Options are key=value strings; a plugin rejects bad values of keys it knows
+     * (SY_ERR_INVALID_ARGUMENT, naming the key) and ignores keys it does not know (logging them at debug level),
+     * since the host passes its general options to every engine. */
+    sy_status (*load)(const char *path, const sy_option *options, size_t n_options, sy_model **out);
+    void (*unload)(sy_model *model);
+
+    /* Fill *out (the host sets out->struct_size first; the plugin writes only what fits). any-thread. */
+    sy_status (*model_info)(const sy_model *model, sy_model_info *out);
+
+    /* Text -> token ids. Writes at most `capacity` ids; *n_out is the full count. If capacity is too small,
+     * returns SY_ERR_BUFFER_TOO_SMALL with *n_out set, and the host calls again. any-thread. */
+    sy_status (*tokenize)(const sy_model *model, const char *text, size_t text_len, uint32_t flags,
+                          int32_t *out, size_t capacity, size_t *n_out);
+
+    /* The bytes a token stands for (may be a partial UTF-8 sequence: the host joins them). Control tokens give
+     * their text ("<|im_end|>"). Same buffer protocol as tokenize. any-thread. */
+    sy_status (*token_to_bytes)(const sy_model *model, int32_t token, char *out, size_t capacity,
+                                size_t *n_out);
+
+    /* SY_TOKEN_* bits of a token; 0 for an id out of range. any-thread. */
+    uint32_t (*token_flags)(const sy_model *model, int32_t token);
+
+    /* Sequences. serial. A new sequence is empty. */
+    sy_status (*seq_create)(sy_model *model, sy_seq **out);
+    void (*seq_free)(sy_model *model, sy_seq *seq);
+    /* Number of tokens the sequence holds (its next position). serial. */
+    uint32_t (*seq_length)(const sy_model *model, const sy_seq *seq);
+    /* Keep the first n_tokens, drop the rest (speculative rollback, prefix reuse). n_tokens > length is an
+     * error. Engines with recurrent state must be able to roll back at least 16 tokens (kept history) and
+     * return SY_ERR_UNSUPPORTED for deeper rollbacks they cannot do. serial. */
+    sy_status (*seq_truncate)(sy_model *model, sy_seq *seq, uint32_t n_tokens);
+    /* A new sequence holding a copy (or a shared, copy-on-write view) of the first n_tokens of src. serial. */
+    sy_status (*seq_fork)(sy_model *model, const sy_seq *src, uint32_t n_tokens, sy_seq **out);
+
+    /* Append each item's tokens to its sequence and return the logits rows asked for. On any failure no
+     * sequence of the batch has changed. Returns SY_ERR_CONTEXT_FULL when a sequence would pass n_ctx,
+     * SY_ERR_CANCELLED when the host cancelled the call. serial. */
+    sy_status (*decode)(sy_model *model, const sy_decode_batch *batch);
+
+#if SY_ABI_TARGET_MINOR >= 1
+    /* (since 1.1) Memory the model holds now. any-thread. */
+    sy_status (*memory_usage)(const sy_model *model, sy_memory_usage *out);
+#endif
+} sy_engine_api;
+
+/* ---------------------------------------------------------------------------------------------------------
+ * "sy.engine.sampling/1" (optional): sample on the engine's side, so a GPU engine need not copy logits rows to
+ * the host. The host uses it for requests whose sampling fits these parameters and no logit processing of the
+ * host (penalties, logprobs) is asked for.
+ */
+typedef struct sy_sampling_params {
+    uint32_t struct_size;
+    float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+    uint32_t top_k;    /* 0: off */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    uint64_t *rng_state; /* host-owned per-sequence generator state, advanced by the call */
+} sy_sampling_params;
+
+typedef struct sy_engine_sampling_api {
+    uint32_t struct_size;
+    /* Like decode, but instead of logits each item gets one sampled token for its last position:
+     * tokens_out[i] for item i, params[i] for item i (host-owned arrays of n_items). Items must have
+     * n_logits == 1 and logits == NULL. serial. */
+    sy_status (*decode_sample)(sy_model *model, const sy_decode_batch *batch, const sy_sampling_params *params,
+                               int32_t *tokens_out);
+} sy_engine_sampling_api;
+
+/* ---------------------------------------------------------------------------------------------------------
+ * "sy.engine.state/1" (optional): stream a sequence's state out and back in, in position-ordered chunks, so
+ * that the host can write compressed snapshots without a full copy in memory and restore a prefix of them.
+ *
+ * A chunk covers positions [begin, end): the KV of those positions for every layer, followed by the recurrent
+ * state (if the architecture has one) as it stands after position end-1. Chunk bytes are the engine's own
+ * layout, described by sy_state_info so the host can compress them well; the host treats them as opaque.
+ */
+typedef struct sy_state_writer {
+    uint32_t struct_size;
+    void *user;
+    /* Write len bytes; a non-SY_OK return aborts the save with that status. */
+    sy_status (*write)(void *user, const void *data, size_t len);
+} sy_state_writer;
+
+typedef struct sy_state_reader {
+    uint32_t struct_size;
+    void *user;
+    /* Read exactly len bytes; a short stream is SY_ERR_FORMAT. */
+    sy_status (*read)(void *user, void *data, size_t len);
+} sy_state_reader;
+
+typedef struct sy_state_info {
+    uint32_t struct_size;
+    const char *layout;        /* identifies the chunk layout, e.g. "kv-f16-v1"; owned by the model */
+    uint32_t element_size;     /* bytes per KV element (2 for F16/BF16): the host byte-shuffles by it */
+    uint64_t kv_bytes_per_token;
+    uint64_t recurrent_bytes;  /* bytes of recurrent state after each chunk (0 for pure attention) */
+} sy_state_info;
+
+typedef struct sy_engine_state_api {
+    uint32_t struct_size;
+    /* any-thread */
+    sy_status (*state_info)(const sy_model *model, sy_state_info *out);
+    /* Exact byte count of one chunk of n positions. any-thread. */
+    uint64_t (*state_chunk_bytes)(const sy_model *model, uint32_t n_positions);
+    /* Write the chunk [begin, end) of seq; end <= seq_length. serial. */
+    sy_status (*state_save_chunk)(sy_model *model, const sy_seq *seq, uint32_t begin, uint32_t end,
+                                  const sy_state_writer *writer);
+    /* Append a chunk to seq, which must hold exactly `begin` tokens; `tokens` are the chunk's token ids
+     * (end - begin of them). On failure seq is left with `begin` tokens. serial. */
+    sy_status (*state_load_chunk)(sy_model *model, sy_seq *seq, uint32_t begin, uint32_t end,
+                                  const int32_t *tokens, const sy_state_reader *reader);
+} sy_engine_state_api;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SWITCHYARD_ENGINE_H */

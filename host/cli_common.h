@@ -1,0 +1,14 @@
+/* What every verb shares: the plugin directory and the registry loaded from it. */
+#ifndef SY_HOST_CLI_COMMON_H
+#define SY_HOST_CLI_COMMON_H
+
+#include "plugin_loader.h"
+
+/* Resolve the plugin directory (explicit, else SY_PLUGIN_DIR, else beside the executable) and load it.
+ * Returns 0, or prints one line to stderr and returns -1. */
+int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size);
+
+/* Print "switchyard <verb>: message" to stderr. */
+void sy_cli_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,297 @@
+/* switchyard generate: load one model, prefill the prompt, sample until an end token or --max-new, streaming
+ * text to stdout as it comes. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "engine_options.h"
+#include "loaded_model.h"
+#include "sampler.h"
+#include "text_stream.h"
+#include "util.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: switchyard generate --plugin P --model PATH [options] [PROMPT]\n\n"
+            "Generates a continuation of PROMPT (empty: from the beginning-of-sequence token alone) and streams it\n"
+            "to stdout. Sampling happens in the host and is reproducible for a given --seed.\n\n"
+            "model:\n"
+            "  --plugin P            engine plugin (default: the first whose probe accepts the model)\n"
+            "  --model PATH          model file or directory\n"
+            "  --gguf FILE           same as --model FILE (with --plugin gguf-quant unless --plugin is given)\n"
+            "  --plugin-dir DIR      where plugins are (default: beside the executable)\n"
+            "generation:\n"
+            "  -n, --max-new N       most tokens to generate (default 256)\n"
+            "  --temp T              temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k K             (default 40; 0 = off)\n"
+            "  --top-p P             (default 0.95; 1 = off)\n"
+            "  --min-p P             (default 0.05; 0 = off)\n"
+            "  --repeat-penalty R    (default 1 = off)\n"
+            "  --seed S              (default 0)\n"
+            "  --no-bos              do not add the model's beginning-of-sequence token\n"
+            "  --special             print control tokens as text\n"
+            "  --stats               print token counts and speeds to stderr at the end\n"
+            "engine options (passed to the plugin):\n");
+    sy_engine_options_usage(out);
+    fprintf(out, "  -h, --help            this text\n");
+}
+
+enum {
+    OPT_PLUGIN = 1000, OPT_MODEL, OPT_GGUF, OPT_PLUGIN_DIR, OPT_CONFIG, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
+    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL
+};
+
+int sy_cmd_generate(int argc, char **argv) {
+    struct option options[64];
+    static const struct option own[] = {
+        {"plugin", required_argument, NULL, OPT_PLUGIN},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"gguf", required_argument, NULL, OPT_GGUF},
+        {"plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR},
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"max-new", required_argument, NULL, 'n'},
+        {"temp", required_argument, NULL, OPT_TEMP},
+        {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"top-p", required_argument, NULL, OPT_TOP_P},
+        {"min-p", required_argument, NULL, OPT_MIN_P},
+        {"repeat-penalty", required_argument, NULL, OPT_REPEAT},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"no-bos", no_argument, NULL, OPT_NO_BOS},
+        {"special", no_argument, NULL, OPT_SPECIAL},
+        {"stats", no_argument, NULL, OPT_STATS},
+        {"help", no_argument, NULL, 'h'},
+    };
+    size_t n_own = sizeof own / sizeof *own;
+    memcpy(options, own, sizeof own);
+    size_t n_all = n_own + sy_engine_options_getopt(options + n_own, sizeof options / sizeof *options - n_own - 1);
+    memset(&options[n_all], 0, sizeof options[n_all]);
+
+    const char *plugin = NULL, *model_path = NULL, *plugin_dir = NULL;
+    int gguf_spelling = 0, add_bos = 1, show_special = 0, stats = 0;
+    int64_t max_new = 256;
+    sy_sampler_params sp = sy_sampler_defaults();
+    sy_engine_options eo;
+    sy_engine_options_init(&eo);
+    double d;
+    uint64_t u;
+    int c, status = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:o:h", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_PLUGIN: plugin = optarg; break;
+        case OPT_MODEL: model_path = optarg; break;
+        case OPT_GGUF: model_path = optarg; gguf_spelling = 1; break;
+        case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
+        case OPT_CONFIG: break;
+        case 'n':
+            if (sy_parse_i64(optarg, 0, 1 << 24, &max_new) != 0) {
+                sy_cli_error("generate", "--max-new: '%s' is not a count from 0 to 16777216", optarg);
+                goto done;
+            }
+            break;
+        case OPT_TEMP:
+            if (sy_parse_double(optarg, 0, 100, &d) != 0) {
+                sy_cli_error("generate", "--temp: '%s' is not a number from 0 to 100", optarg);
+                goto done;
+            }
+            sp.temperature = (float)d;
+            break;
+        case OPT_TOP_K:
+            if (sy_parse_u64(optarg, UINT32_MAX, &u) != 0) {
+                sy_cli_error("generate", "--top-k: '%s' is not a count", optarg);
+                goto done;
+            }
+            sp.top_k = (uint32_t)u;
+            break;
+        case OPT_TOP_P:
+            if (sy_parse_double(optarg, 0, 1, &d) != 0) {
+                sy_cli_error("generate", "--top-p: '%s' is not a number from 0 to 1", optarg);
+                goto done;
+            }
+            sp.top_p = (float)d;
+            break;
+        case OPT_MIN_P:
+            if (sy_parse_double(optarg, 0, 1, &d) != 0) {
+                sy_cli_error("generate", "--min-p: '%s' is not a number from 0 to 1", optarg);
+                goto done;
+            }
+            sp.min_p = (float)d;
+            break;
+        case OPT_REPEAT:
+            if (sy_parse_double(optarg, 0.01, 100, &d) != 0) {
+                sy_cli_error("generate", "--repeat-penalty: '%s' is not a number from 0.01 to 100", optarg);
+                goto done;
+            }
+            sp.repeat_penalty = (float)d;
+            break;
+        case OPT_SEED:
+            if (sy_parse_u64(optarg, UINT64_MAX, &u) != 0) {
+                sy_cli_error("generate", "--seed: '%s' is not a non-negative integer", optarg);
+                goto done;
+            }
+            sp.seed = u;
+            break;
+        case OPT_NO_BOS: add_bos = 0; break;
+        case OPT_SPECIAL: show_special = 1; break;
+        case OPT_STATS: stats = 1; break;
+        case 'h': usage(stdout); status = 0; goto done;
+        default: {
+            char err[256];
+            int handled = sy_engine_options_handle(&eo, c, optarg, err, sizeof err);
+            if (handled < 0) {
+                sy_cli_error("generate", "%s", err);
+                goto done;
+            }
+            if (handled == 0) {
+                usage(stderr);
+                status = 2;
+                goto done;
+            }
+        }
+        }
+    }
+    if (model_path == NULL) {
+        sy_cli_error("generate", "--model PATH is required (see --help)");
+        status = 2;
+        goto done;
+    }
+    if (gguf_spelling && plugin == NULL) plugin = "gguf-quant";
+    if (argc - optind > 1) {
+        sy_cli_error("generate", "give the prompt as one argument (quote it); unexpected '%s'", argv[optind + 1]);
+        status = 2;
+        goto done;
+    }
+    const char *prompt = optind < argc ? argv[optind] : "";
+
+    sy_plugin_registry reg = {0};
+    char dir[4096], err[1024];
+    if (sy_cli_load_plugins(plugin_dir, &reg, dir, sizeof dir) != 0) goto done;
+
+    sy_loaded_model lm;
+    double t_load = sy_now_seconds();
+    if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
+        sy_cli_error("generate", "%s", err);
+        sy_plugin_registry_close(&reg);
+        goto done;
+    }
+    t_load = sy_now_seconds() - t_load;
+    status = sy_generate_run(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load);
+    sy_loaded_model_close(&lm);
+    sy_plugin_registry_close(&reg);
+done:
+    sy_engine_options_free(&eo);
+    return status;
+}
+
+int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                    const sy_sampler_params *sp, int show_special, int stats, double load_seconds) {
+    char err[512];
+    size_t n_prompt = 0;
+    uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (add_bos ? SY_TOKENIZE_ADD_SPECIAL : 0);
+    int32_t *prompt_ids = sy_loaded_model_tokenize(lm, prompt, strlen(prompt), flags, &n_prompt, err, sizeof err);
+    if (prompt_ids == NULL) {
+        sy_cli_error("generate", "%s", err);
+        return 1;
+    }
+    if (n_prompt == 0) {
+        /* Nothing to condition on: start from BOS, as llama2.c's `run` does for an empty prompt. */
+        if (lm->info.bos_token < 0) {
+            sy_cli_error("generate", "the prompt is empty and the model has no beginning-of-sequence token");
+            free(prompt_ids);
+            return 1;
+        }
+        prompt_ids = sy_xrealloc(prompt_ids, sizeof *prompt_ids);
+        prompt_ids[0] = lm->info.bos_token;
+        n_prompt = 1;
+    }
+    if (n_prompt + max_new > lm->info.n_ctx) {
+        if (n_prompt >= lm->info.n_ctx) {
+            sy_cli_error("generate", "the prompt has %zu tokens; the model's context holds %u", n_prompt,
+                         lm->info.n_ctx);
+            free(prompt_ids);
+            return 1;
+        }
+        max_new = lm->info.n_ctx - (uint32_t)n_prompt;
+    }
+
+    int status = 1;
+    uint32_t n_vocab = lm->info.n_vocab;
+    float *logits = sy_xmalloc((size_t)n_vocab * sizeof *logits);
+    int32_t *history = sy_xmalloc((n_prompt + max_new + 1) * sizeof *history);
+    memcpy(history, prompt_ids, n_prompt * sizeof *history);
+    size_t n_history = n_prompt;
+    sy_sampler *sampler = sy_sampler_create(sp, n_vocab);
+    sy_text_stream text;
+    sy_text_stream_init(&text);
+    char *piece = NULL;
+    size_t piece_cap = 0;
+    sy_seq *seq = NULL;
+    sy_host_call call;
+    sy_host_call_init(&call);
+    if (lm->engine->seq_create(lm->model, &seq) != SY_OK) {
+        sy_cli_error("generate", "cannot create a sequence: %s", lm->engine->error_message());
+        goto out;
+    }
+
+    sy_decode_item item = {sizeof item, seq, prompt_ids, (uint32_t)n_prompt, 1, logits};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, &call};
+    double t0 = sy_now_seconds();
+    sy_status st = lm->engine->decode(lm->model, &batch);
+    double t_prefill = sy_now_seconds() - t0;
+    if (st != SY_OK) {
+        sy_cli_error("generate", "prefill failed: %s", lm->engine->error_message());
+        goto out;
+    }
+    uint32_t generated = 0;
+    double t1 = sy_now_seconds();
+    for (; generated < max_new; generated++) {
+        int32_t token = sy_sampler_sample(sampler, logits, history, n_history);
+        history[n_history++] = token;
+        uint32_t tflags = lm->engine->token_flags(lm->model, token);
+        if (tflags & SY_TOKEN_END_OF_GENERATION) break;
+        if (!(tflags & SY_TOKEN_CONTROL) || show_special) {
+            long n = sy_loaded_model_token_bytes(lm, token, &piece, &piece_cap);
+            if (n < 0) {
+                sy_cli_error("generate", "token %d has no text: %s", token, lm->engine->error_message());
+                goto out;
+            }
+            sy_text_stream_write(&text, piece, (size_t)n, stdout);
+            fflush(stdout);
+        }
+        if (generated + 1 == max_new) {
+            generated++;
+            break;
+        }
+        item.tokens = &history[n_history - 1];
+        item.n_tokens = 1;
+        st = lm->engine->decode(lm->model, &batch);
+        if (st != SY_OK) {
+            sy_cli_error("generate", "decode failed: %s", lm->engine->error_message());
+            goto out;
+        }
+    }
+    double t_decode = sy_now_seconds() - t1;
+    sy_text_stream_finish(&text, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (stats) {
+        fprintf(stderr,
+                "load %.3f s | prompt %zu tokens in %.3f s (%.1f tok/s) | generated %u tokens in %.3f s "
+                "(%.1f tok/s)\n",
+                load_seconds, n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, generated,
+                t_decode, t_decode > 0 ? generated / t_decode : 0.0);
+    }
+    status = 0;
+out:
+    if (seq != NULL) lm->engine->seq_free(lm->model, seq);
+    sy_sampler_free(sampler);
+    free(piece);
+    free(history);
+    free(logits);
+    free(prompt_ids);
+    return status;
+}

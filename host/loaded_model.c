@@ -1,0 +1,199 @@
+#include "loaded_model.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "util.h"
+
+void sy_host_call_init(sy_host_call *call) { atomic_init(&call->cancelled, 0); }
+void sy_host_call_cancel(sy_host_call *call) { atomic_store(&call->cancelled, 1); }
+int sy_host_call_is_cancelled(const sy_host_call *call) {
+    return call != NULL && atomic_load(&((sy_host_call *)call)->cancelled) != 0;
+}
+
+static int open_with(const sy_plugin *p, const char *path, const sy_option *options, size_t n_options,
+                     sy_loaded_model *out, char *err, size_t err_size) {
+    sy_model *model = NULL;
+    sy_status st = p->engine->load(path, options, n_options, &model);
+    if (st != SY_OK || model == NULL) {
+        snprintf(err, err_size, "%s could not load %s: %s", p->entry->name, path, p->engine->error_message());
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->plugin = p;
+    out->engine = p->engine;
+    out->model = model;
+    out->info.struct_size = sizeof out->info;
+    st = p->engine->model_info(model, &out->info);
+    if (st != SY_OK || out->info.n_vocab == 0 || out->info.n_ctx == 0) {
+        snprintf(err, err_size, "%s loaded %s but reported no usable model info: %s", p->entry->name, path,
+                 st != SY_OK ? p->engine->error_message() : "n_vocab or n_ctx is 0");
+        p->engine->unload(model);
+        return -1;
+    }
+    return 0;
+}
+
+int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                         const sy_option *options, size_t n_options, sy_loaded_model *out, char *err,
+                         size_t err_size) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, err_size, "model path %s does not exist", path);
+        return -1;
+    }
+    if (plugin_name != NULL) {
+        const sy_plugin *p = sy_plugin_registry_find(reg, plugin_name);
+        if (p == NULL) {
+            snprintf(err, err_size, "no plugin named '%s' is loaded (see `switchyard plugins`)", plugin_name);
+            return -1;
+        }
+        if (p->engine == NULL) {
+            snprintf(err, err_size, "plugin '%s' is not an engine", plugin_name);
+            return -1;
+        }
+        if (p->engine->probe(path) != SY_OK) {
+            snprintf(err, err_size, "%s refuses %s: %s", plugin_name, path, p->engine->error_message());
+            return -1;
+        }
+        return open_with(p, path, options, n_options, out, err, err_size);
+    }
+    /* No plugin named: the first engine whose probe accepts the path. */
+    size_t used = 0;
+    err[0] = '\0';
+    for (size_t i = 0; i < reg->n_plugins; i++) {
+        const sy_plugin *p = &reg->plugins[i];
+        if (p->engine == NULL) continue;
+        if (p->engine->probe(path) == SY_OK) return open_with(p, path, options, n_options, out, err, err_size);
+        if (used < err_size) {
+            int w = snprintf(err + used, err_size - used, "%s%s: %s", used ? "; " : "no plugin accepts the model: ",
+                             p->entry->name, p->engine->error_message());
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    if (err[0] == '\0') snprintf(err, err_size, "no engine plugin is loaded to open %s", path);
+    return -1;
+}
+
+void sy_loaded_model_close(sy_loaded_model *lm) {
+    if (lm->model != NULL) lm->engine->unload(lm->model);
+    memset(lm, 0, sizeof *lm);
+}
+
+int32_t *sy_loaded_model_tokenize(const sy_loaded_model *lm, const char *text, size_t len, uint32_t flags,
+                                  size_t *n, char *err, size_t err_size) {
+    size_t cap = len + 16, got = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int32_t *ids = sy_xmalloc(cap * sizeof *ids);
+        sy_status st = lm->engine->tokenize(lm->model, text, len, flags, ids, cap, &got);
+        if (st == SY_OK && got <= cap) {
+            *n = got;
+            return ids;
+        }
+        free(ids);
+        if (st != SY_ERR_BUFFER_TOO_SMALL || got <= cap) {
+            snprintf(err, err_size, "tokenize failed: %s", lm->engine->error_message());
+            return NULL;
+        }
+        cap = got;
+    }
+    snprintf(err, err_size, "tokenize failed: the plugin kept asking for a larger buffer");
+    return NULL;
+}
+
+long sy_loaded_model_token_bytes(const sy_loaded_model *lm, int32_t token, char **buf, size_t *cap) {
+    if (*buf == NULL || *cap == 0) {
+        *cap = 64;
+        *buf = sy_xmalloc(*cap);
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        size_t got = 0;
+        sy_status st = lm->engine->token_to_bytes(lm->model, token, *buf, *cap, &got);
+        if (st == SY_OK && got <= *cap) return (long)got;
+        if (st != SY_ERR_BUFFER_TOO_SMALL || got <= *cap || got > (1u << 20)) return -1;
+        *cap = got;
+        *buf = sy_xrealloc(*buf, *cap);
+    }
+    return -1;
+}
+
+/* ---- named models for drafters ---- */
+
+struct sy_engine_ref {
+    char *name;
+    const sy_engine_api *engine;
+    sy_model *model;
+    int refs;
+    struct sy_engine_ref *next;
+};
+
+static pthread_mutex_t published_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sy_engine_ref *published;
+
+int sy_host_publish_model(const char *name, const sy_loaded_model *lm) {
+    struct sy_engine_ref *e = sy_xcalloc(1, sizeof *e);
+    e->name = sy_strdup(name);
+    e->engine = lm->engine;
+    e->model = lm->model;
+    pthread_mutex_lock(&published_lock);
+    for (struct sy_engine_ref *it = published; it; it = it->next) {
+        if (strcmp(it->name, name) == 0) {
+            pthread_mutex_unlock(&published_lock);
+            free(e->name);
+            free(e);
+            return -1;
+        }
+    }
+    e->next = published;
+    published = e;
+    pthread_mutex_unlock(&published_lock);
+    return 0;
+}
+
+int sy_host_unpublish_model(const char *name) {
+    int rc = -1;
+    pthread_mutex_lock(&published_lock);
+    for (struct sy_engine_ref **it = &published; *it; it = &(*it)->next) {
+        if (strcmp((*it)->name, name) == 0) {
+            if ((*it)->refs == 0) {
+                struct sy_engine_ref *gone = *it;
+                *it = gone->next;
+                free(gone->name);
+                free(gone);
+                rc = 0;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&published_lock);
+    return rc;
+}
+
+sy_status sy_host_acquire_engine(const char *model_name, const sy_engine_api **engine, sy_model **model,
+                                 sy_engine_ref **ref) {
+    if (model_name == NULL || engine == NULL || model == NULL || ref == NULL) return SY_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&published_lock);
+    for (struct sy_engine_ref *it = published; it; it = it->next) {
+        if (strcmp(it->name, model_name) == 0) {
+            it->refs++;
+            *engine = it->engine;
+            *model = it->model;
+            *ref = it;
+            pthread_mutex_unlock(&published_lock);
+            return SY_OK;
+        }
+    }
+    pthread_mutex_unlock(&published_lock);
+    return SY_ERR_UNSUPPORTED;
+}
+
+void sy_host_release_engine(sy_engine_ref *ref) {
+    if (ref == NULL) return;
+    pthread_mutex_lock(&published_lock);
+    if (ref->refs > 0) ref->refs--;
+    pthread_mutex_unlock(&published_lock);
+}

@@ -1,0 +1,241 @@
+/* Plugin discovery and checks: every refusal is one line naming the reason, and the host keeps running. */
+#include "plugin_loader.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "loaded_model.h"
+#include "util.h"
+
+#ifndef SY_VERSION
+#define SY_VERSION "0.0.0"
+#endif
+#ifndef SY_INSTALL_PLUGINDIR
+#define SY_INSTALL_PLUGINDIR "lib/switchyard/plugins"
+#endif
+
+/* The smallest entry any 1.x plugin can have: everything up to get_interface was in 1.0. */
+#define SY_ENTRY_MIN_SIZE (offsetof(sy_plugin_entry, get_interface) + sizeof(void *))
+
+static int host_is_cancelled(const sy_host_call *call) { return sy_host_call_is_cancelled(call); }
+
+static void host_log(sy_log_level level, const char *plugin, const char *message) {
+    sy_log_plugin(level, plugin, message);
+}
+
+static const sy_host_api host_api = {
+    .struct_size = sizeof(sy_host_api),
+    .abi_major = SY_ABI_VERSION_MAJOR,
+    .abi_minor = SY_ABI_VERSION_MINOR,
+    .host_version = "switchyard " SY_VERSION,
+    .log = host_log,
+    .is_cancelled = host_is_cancelled,
+    .acquire_engine = sy_host_acquire_engine,
+    .release_engine = sy_host_release_engine,
+};
+
+const sy_host_api *sy_host_api_get(void) { return &host_api; }
+
+static void refuse(sy_plugin_registry *reg, const char *path, const char *fmt, ...) {
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    sy_refused_plugin *grown = realloc(reg->refused, (reg->n_refused + 1) * sizeof *grown);
+    if (grown == NULL) return;
+    reg->refused = grown;
+    grown[reg->n_refused].path = sy_strdup(path);
+    grown[reg->n_refused].reason = sy_strdup(reason);
+    reg->n_refused++;
+    sy_log(SY_LOG_DEBUG, "plugin %s refused: %s", path, reason);
+}
+
+static int valid_plugin_name(const char *name) {
+    size_t n = 0;
+    for (const char *p = name; *p; p++, n++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) return 0;
+    }
+    return n > 0 && n <= 63;
+}
+
+/* An interface table is usable when it is present and its struct_size covers at least the 1.0 part. */
+static const void *lookup_interface(const sy_plugin_entry *entry, const char *id, size_t min_size) {
+    const uint32_t *table = entry->get_interface(id);
+    if (table == NULL || *table < min_size) return NULL;
+    return table;
+}
+
+static void load_one(sy_plugin_registry *reg, const char *path) {
+    dlerror();
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        const char *why = dlerror();
+        refuse(reg, path, "not a loadable shared object: %s", why ? why : "dlopen failed");
+        return;
+    }
+    const sy_plugin_entry *entry = dlsym(handle, SY_PLUGIN_ENTRY_SYMBOL);
+    if (entry == NULL) {
+        refuse(reg, path, "no " SY_PLUGIN_ENTRY_SYMBOL " symbol: not a switchyard plugin");
+        dlclose(handle);
+        return;
+    }
+    if (entry->struct_size < SY_ENTRY_MIN_SIZE) {
+        refuse(reg, path, "entry struct_size %u is smaller than the ABI 1.0 entry (%zu bytes)",
+               (unsigned)entry->struct_size, (size_t)SY_ENTRY_MIN_SIZE);
+        dlclose(handle);
+        return;
+    }
+    if (entry->abi_major != SY_ABI_VERSION_MAJOR) {
+        refuse(reg, path, "built for ABI major %u, this host speaks ABI major %u", (unsigned)entry->abi_major,
+               (unsigned)SY_ABI_VERSION_MAJOR);
+        dlclose(handle);
+        return;
+    }
+    if (entry->abi_minor > SY_ABI_VERSION_MINOR) {
+        refuse(reg, path, "built for ABI %u.%u, newer than this host's %u.%u (minor too new)",
+               (unsigned)entry->abi_major, (unsigned)entry->abi_minor, (unsigned)SY_ABI_VERSION_MAJOR,
+               (unsigned)SY_ABI_VERSION_MINOR);
+        dlclose(handle);
+        return;
+    }
+    if (entry->name == NULL || !valid_plugin_name(entry->name) || entry->init == NULL ||
+        entry->get_interface == NULL) {
+        refuse(reg, path, "entry is incomplete (name must be [a-z0-9-]{1,63}; init and get_interface are required)");
+        dlclose(handle);
+        return;
+    }
+    const sy_plugin *existing = sy_plugin_registry_find(reg, entry->name);
+    if (existing != NULL) {
+        refuse(reg, path, "duplicate plugin name '%s' (already loaded from %s)", entry->name, existing->path);
+        dlclose(handle);
+        return;
+    }
+    sy_status st = entry->init(&host_api);
+    if (st != SY_OK) {
+        refuse(reg, path, "init failed with status %d (%s)", (int)st, sy_status_name(st));
+        dlclose(handle);
+        return;
+    }
+
+    sy_plugin plugin = {0};
+    plugin.path = sy_strdup(path);
+    plugin.handle = handle;
+    plugin.entry = entry;
+    plugin.engine = lookup_interface(entry, SY_ENGINE_INTERFACE_ID, offsetof(sy_engine_api, decode) + sizeof(void *));
+    plugin.engine_state = lookup_interface(entry, SY_ENGINE_STATE_INTERFACE_ID, sizeof(sy_engine_state_api));
+    plugin.engine_sampling = lookup_interface(entry, SY_ENGINE_SAMPLING_INTERFACE_ID, sizeof(sy_engine_sampling_api));
+    plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, sizeof(sy_drafter_api));
+    if (plugin.engine == NULL && plugin.drafter == NULL) {
+        if (entry->deinit) entry->deinit();
+        free(plugin.path);
+        refuse(reg, path, "offers neither %s nor %s (or its table is too small)", SY_ENGINE_INTERFACE_ID,
+               SY_DRAFTER_INTERFACE_ID);
+        dlclose(handle);
+        return;
+    }
+    sy_plugin *grown = realloc(reg->plugins, (reg->n_plugins + 1) * sizeof *grown);
+    if (grown == NULL) {
+        if (entry->deinit) entry->deinit();
+        free(plugin.path);
+        dlclose(handle);
+        return;
+    }
+    reg->plugins = grown;
+    reg->plugins[reg->n_plugins++] = plugin;
+}
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size) {
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        snprintf(err, err_size, "cannot read plugin directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".so") != 0 || de->d_name[0] == '.') continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **grown = realloc(names, cap * sizeof *grown);
+            if (grown == NULL) break;
+            names = grown;
+        }
+        names[n++] = sy_strdup(de->d_name);
+    }
+    closedir(d);
+    if (n > 1) qsort(names, n, sizeof *names, compare_names);
+    for (size_t i = 0; i < n; i++) {
+        char *path = sy_path_join(dir, names[i]);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+            refuse(reg, path, "not a regular file");
+        } else {
+            load_one(reg, path);
+        }
+        free(path);
+        free(names[i]);
+    }
+    free(names);
+    return 0;
+}
+
+const sy_plugin *sy_plugin_registry_find(const sy_plugin_registry *reg, const char *name) {
+    for (size_t i = 0; i < reg->n_plugins; i++) {
+        if (strcmp(reg->plugins[i].entry->name, name) == 0) return &reg->plugins[i];
+    }
+    return NULL;
+}
+
+void sy_plugin_registry_close(sy_plugin_registry *reg) {
+    for (size_t i = reg->n_plugins; i-- > 0;) {
+        sy_plugin *p = &reg->plugins[i];
+        if (p->entry->deinit) p->entry->deinit();
+        /* Sanitizer builds keep the code mapped so leak reports can still symbolize plugin frames. */
+        if (getenv("SY_KEEP_PLUGINS_MAPPED") == NULL) dlclose(p->handle);
+        free(p->path);
+    }
+    for (size_t i = 0; i < reg->n_refused; i++) {
+        free(reg->refused[i].path);
+        free(reg->refused[i].reason);
+    }
+    free(reg->plugins);
+    free(reg->refused);
+    memset(reg, 0, sizeof *reg);
+}
+
+const char *sy_default_plugin_dir(char *buf, size_t size) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL) return NULL;
+    *slash = '\0'; /* exe is now the executable's folder */
+    const char *candidates[] = {"../plugins", "../" SY_INSTALL_PLUGINDIR, "plugins"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        snprintf(buf, size, "%s/%s", exe, candidates[i]);
+        struct stat st;
+        if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) {
+            char real[PATH_MAX];
+            if (realpath(buf, real) != NULL && strlen(real) < size) strcpy(buf, real);
+            return buf;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,48 @@
+/* Choosing the next token from a logits row: greedy, or seeded temperature / top-k / top-p / min-p sampling with
+ * repetition penalties. Deterministic for a given seed on every machine (own PRNG, no libc rand). */
+#ifndef SY_HOST_SAMPLER_H
+#define SY_HOST_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sy_sampler_params {
+    float temperature;       /* <= 0: greedy */
+    uint32_t top_k;          /* 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off (llama.cpp's: divide positive logits, multiply negative ones) */
+    float presence_penalty;  /* 0: off (OpenAI's) */
+    float frequency_penalty; /* 0: off (OpenAI's) */
+    uint32_t penalty_last_n; /* how many recent tokens the penalties look at; 0: all given */
+    uint64_t seed;
+} sy_sampler_params;
+
+/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties. */
+sy_sampler_params sy_sampler_defaults(void);
+
+typedef struct sy_sampler sy_sampler;
+
+sy_sampler *sy_sampler_create(const sy_sampler_params *params, uint32_t n_vocab);
+void sy_sampler_free(sy_sampler *s);
+
+/* The next token. `logits` (n_vocab floats) may be modified. `history` are the tokens so far (for penalties). */
+int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history);
+
+/* The probability the sampler's distribution gave each token of its last call: for logprobs. Returns the
+ * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. */
+double sy_sampler_last_logprob(const sy_sampler *s, int32_t token);
+
+/* Greedy choice: the highest logit, the lowest id on ties. */
+int32_t sy_argmax(const float *logits, uint32_t n);
+
+/* xoshiro256** seeded through splitmix64: the generator behind sampling. */
+typedef struct sy_rng {
+    uint64_t s[4];
+} sy_rng;
+void sy_rng_seed(sy_rng *rng, uint64_t seed);
+uint64_t sy_rng_next(sy_rng *rng);
+/* Uniform in [0, 1) with 53 bits. */
+double sy_rng_uniform(sy_rng *rng);
+
+#endif
