@@ -20,6 +20,7 @@ static const verb verbs[] = {
     {"plugins", sy_cmd_plugins, "list plugins, their ABI versions and interfaces, and refused files with reasons"},
     {"generate", sy_cmd_generate, "one-shot generation from a prompt, streamed to stdout"},
     {"tokenize", sy_cmd_tokenize, "text on stdin -> token ids on stdout"},
+    {"serve", sy_cmd_serve, "HTTP server with the OpenAI and Ollama APIs over the configured models"},
 };
 
 static void usage(FILE *out) {
@@ -45,7 +46,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
         if (strcmp(argv[1], verbs[i].name) == 0) return verbs[i].run(argc - 1, argv + 1);
     }
-    fprintf(stderr, "switchyard: unknown verb '%s'\n\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "switchyard: unknown verb '%s' (`switchyard --help` lists them)\n", argv[1]);
     return 2;
 }

@@ -59,8 +59,8 @@ extern "C" {
 #define SY_EXPORT __attribute__((visibility("default")))
 #endif
 
-/* The one symbol every plugin exports, a `const sy_plugin_entry`. */
-#define SY_PLUGIN_ENTRY_SYMBOL "sy_plugin_entry"
+/* The one symbol every plugin exports: `const sy_plugin_entry switchyard_plugin_entry` (SY_DEFINE_PLUGIN_ENTRY). */
+#define SY_PLUGIN_ENTRY_SYMBOL "switchyard_plugin_entry"
 
 typedef enum sy_status {
     SY_OK = 0,
@@ -124,8 +124,8 @@ typedef struct sy_host_api {
 } sy_host_api;
 
 /*
- * The plugin entry: `SY_EXPORT const sy_plugin_entry sy_plugin_entry = { ... };`
- * Fill it with SY_PLUGIN_ENTRY_INIT so the versions and struct_size are right for the headers compiled against.
+ * The plugin entry, exported as `switchyard_plugin_entry`. Define it with SY_DEFINE_PLUGIN_ENTRY (or fill it with
+ * SY_PLUGIN_ENTRY_INIT) so the versions and struct_size are right for the headers compiled against.
  */
 typedef struct sy_plugin_entry {
     uint32_t struct_size;
@@ -148,6 +148,11 @@ typedef struct sy_plugin_entry {
 #define SY_PLUGIN_ENTRY_INIT(name_, version_, description_, init_, deinit_, get_interface_) \
     { sizeof(sy_plugin_entry), SY_ABI_VERSION_MAJOR, SY_ABI_TARGET_MINOR, (name_), (version_),    \
       (description_), (init_), (deinit_), (get_interface_) }
+
+/* SY_DEFINE_PLUGIN_ENTRY("my-engine", "1.0.0", "what it does", my_init, my_deinit, my_get_interface); */
+#define SY_DEFINE_PLUGIN_ENTRY(name_, version_, description_, init_, deinit_, get_interface_)           \
+    SY_EXPORT const sy_plugin_entry switchyard_plugin_entry =                                            \
+        SY_PLUGIN_ENTRY_INIT(name_, version_, description_, init_, deinit_, get_interface_)
 
 #ifdef __cplusplus
 }

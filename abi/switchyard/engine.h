@@ -180,8 +180,9 @@ typedef struct sy_sampling_params {
 typedef struct sy_engine_sampling_api {
     uint32_t struct_size;
     /* Like decode, but instead of logits each item gets one sampled token for its last position:
-     * tokens_out[i] for item i, params[i] for item i (host-owned arrays of n_items). Items must have
-     * n_logits == 1 and logits == NULL. serial. */
+     * tokens_out[i] for item i, params[i] for item i (host-owned arrays of n_items; params[] is strided by
+     * params[0].struct_size). Items must have n_logits == 1 and logits == NULL. Sampling is reproducible for a
+     * given rng_state within one engine; it need not match the host's own sampler. serial. */
     sy_status (*decode_sample)(sy_model *model, const sy_decode_batch *batch, const sy_sampling_params *params,
                                int32_t *tokens_out);
 } sy_engine_sampling_api;
@@ -222,7 +223,9 @@ typedef struct sy_engine_state_api {
     sy_status (*state_info)(const sy_model *model, sy_state_info *out);
     /* Exact byte count of one chunk of n positions. any-thread. */
     uint64_t (*state_chunk_bytes)(const sy_model *model, uint32_t n_positions);
-    /* Write the chunk [begin, end) of seq; end <= seq_length. serial. */
+    /* Write the chunk [begin, end) of seq; end <= seq_length. An engine that holds its recurrent state only for
+     * the sequence's current end returns SY_ERR_UNSUPPORTED for chunks with end < seq_length; the host then saves
+     * such a sequence with chunk boundaries the engine accepts (at worst one chunk [0, seq_length)). serial. */
     sy_status (*state_save_chunk)(sy_model *model, const sy_seq *seq, uint32_t begin, uint32_t end,
                                   const sy_state_writer *writer);
     /* Append a chunk to seq, which must hold exactly `begin` tokens; `tokens` are the chunk's token ids

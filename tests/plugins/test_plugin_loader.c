@@ -1,0 +1,156 @@
+/*
+ * The host's plugin loader against the fixtures of tests/plugins/CMakeLists.txt: each broken plugin is refused
+ * with a reason that names the problem, the rest keep loading, and a plugin built for the older minor 1.0 loads
+ * with its shorter tables. Then the real build/plugins folder: test-engine loads with all its interfaces.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "plugin_loader.h"
+
+static const char *build_dir(void) {
+    const char *b = getenv("SY_BUILD_DIR");
+    return b ? b : "build";
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static const sy_refused_plugin *refused_file(const sy_plugin_registry *reg, const char *file) {
+    for (size_t i = 0; i < reg->n_refused; i++)
+        if (strcmp(base_name(reg->refused[i].path), file) == 0) return &reg->refused[i];
+    return NULL;
+}
+
+static void expect_refused(const sy_plugin_registry *reg, const char *file, const char *const *reasons) {
+    const sy_refused_plugin *r = refused_file(reg, file);
+    if (r == NULL) fail_msg("%s was not refused", file);
+    assert_non_null(r->reason);
+    assert_null(strchr(r->reason, '\n')); /* one line */
+    for (const char *const *want = reasons; *want; want++)
+        if (strstr(r->reason, *want) != NULL) return;
+    fail_msg("%s refused for \"%s\", which names none of the expected reasons (first: \"%s\")", file, r->reason,
+             reasons[0]);
+}
+
+static void load_fixtures(sy_plugin_registry *reg) {
+    char dir[4096], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/tests/plugin-fixtures", build_dir());
+    if (sy_plugin_registry_load_dir(reg, dir, err, sizeof err) != 0) fail_msg("load_dir %s: %s", dir, err);
+}
+
+static void each_broken_plugin_is_refused_with_its_reason(void **state) {
+    (void)state;
+    sy_plugin_registry reg = {0};
+    load_fixtures(&reg);
+
+    expect_refused(&reg, "not-elf.so",
+                   (const char *const[]){"not a shared object", "shared object", "ELF", "too short", NULL});
+    expect_refused(&reg, "no-entry.so", (const char *const[]){"no " SY_PLUGIN_ENTRY_SYMBOL " symbol", NULL});
+    expect_refused(&reg, "abi-major-2.so", (const char *const[]){"ABI major 2", NULL});
+    expect_refused(&reg, "abi-minor-newer.so", (const char *const[]){"minor", NULL});
+    expect_refused(&reg, "entry-too-small.so", (const char *const[]){"struct_size", NULL});
+    expect_refused(&reg, "dup-b.so", (const char *const[]){"duplicate plugin name", NULL});
+    expect_refused(&reg, "init-fails.so", (const char *const[]){"init failed", NULL});
+    assert_int_equal(reg.n_refused, 7);
+
+    /* Loaded: the first of the duplicates (files load in name order) and the 1.0 plugin. */
+    assert_int_equal(reg.n_plugins, 2);
+    assert_null(refused_file(&reg, "dup-a.so"));
+    assert_null(refused_file(&reg, "old-minor.so"));
+    const sy_plugin *dup = sy_plugin_registry_find(&reg, "fixture-dup");
+    assert_non_null(dup);
+    assert_string_equal(base_name(dup->path), "dup-a.so");
+    for (const char *name = "fixture-major\0fixture-minor\0fixture-small\0fixture-init\0"; *name;
+         name += strlen(name) + 1)
+        assert_null(sy_plugin_registry_find(&reg, name));
+    sy_plugin_registry_close(&reg);
+    assert_int_equal(reg.n_plugins, 0);
+    assert_int_equal(reg.n_refused, 0);
+}
+
+static void older_minor_loads_with_its_shorter_tables(void **state) {
+    (void)state;
+    sy_plugin_registry reg = {0};
+    load_fixtures(&reg);
+    const sy_plugin *old = sy_plugin_registry_find(&reg, "fixture-old-minor");
+    assert_non_null(old);
+    assert_int_equal(old->entry->abi_major, SY_ABI_VERSION_MAJOR);
+    assert_int_equal(old->entry->abi_minor, 0);
+    assert_non_null(old->engine);
+    /* The 1.0 table ends with decode: memory_usage (1.1) lies outside it and must read as absent. */
+    assert_int_equal(old->engine->struct_size, offsetof(sy_engine_api, decode) + sizeof(void *));
+    assert_false(SY_HAS_FIELD(old->engine, sy_engine_api, memory_usage));
+    assert_true(SY_HAS_FIELD(old->engine, sy_engine_api, decode));
+    assert_null(old->engine_state);
+    assert_null(old->engine_sampling);
+    assert_null(old->drafter);
+    /* Its calls work through the table the host sees. */
+    assert_int_equal(old->engine->probe("/nonexistent"), SY_ERR_UNSUPPORTED);
+    assert_non_null(old->engine->error_message());
+    sy_plugin_registry_close(&reg);
+}
+
+static void unreadable_directory_is_an_error(void **state) {
+    (void)state;
+    sy_plugin_registry reg = {0};
+    char err[512] = "";
+    assert_int_equal(sy_plugin_registry_load_dir(&reg, "/nonexistent/plugins", err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent/plugins"));
+    sy_plugin_registry_close(&reg);
+}
+
+static void host_api_is_complete(void **state) {
+    (void)state;
+    const sy_host_api *host = sy_host_api_get();
+    assert_non_null(host);
+    assert_int_equal(host->struct_size, sizeof(sy_host_api));
+    assert_int_equal(host->abi_major, SY_ABI_VERSION_MAJOR);
+    assert_int_equal(host->abi_minor, SY_ABI_VERSION_MINOR);
+    assert_non_null(host->host_version);
+    assert_non_null(host->log);
+    assert_non_null(host->is_cancelled);
+    assert_int_equal(host->is_cancelled(NULL), 0);
+}
+
+static void bundled_test_engine_loads(void **state) {
+    (void)state;
+    sy_plugin_registry reg = {0};
+    char dir[4096], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/plugins", build_dir());
+    if (sy_plugin_registry_load_dir(&reg, dir, err, sizeof err) != 0) fail_msg("load_dir %s: %s", dir, err);
+    const sy_refused_plugin *r = refused_file(&reg, "test-engine.so");
+    if (r != NULL) fail_msg("test-engine.so refused: %s", r->reason);
+    const sy_plugin *te = sy_plugin_registry_find(&reg, "test-engine");
+    assert_non_null(te);
+    assert_string_equal(base_name(te->path), "test-engine.so");
+    assert_int_equal(te->entry->abi_major, SY_ABI_VERSION_MAJOR);
+    assert_int_equal(te->entry->abi_minor, SY_ABI_VERSION_MINOR);
+    assert_non_null(te->engine);
+    assert_true(SY_HAS_FIELD(te->engine, sy_engine_api, memory_usage));
+    assert_non_null(te->engine_state);
+    assert_non_null(te->engine_sampling);
+    assert_null(te->drafter);
+    assert_int_equal(te->engine->probe("/nonexistent"), SY_ERR_UNSUPPORTED);
+    sy_plugin_registry_close(&reg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(each_broken_plugin_is_refused_with_its_reason),
+        cmocka_unit_test(older_minor_loads_with_its_shorter_tables),
+        cmocka_unit_test(unreadable_directory_is_an_error),
+        cmocka_unit_test(host_api_is_complete),
+        cmocka_unit_test(bundled_test_engine_loads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
