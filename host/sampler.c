@@ -116,6 +116,39 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+/* Keep the k best of cands[0..n) in cands[0..k) through a min-heap (worst kept candidate on top): O(n log k). */
+static void select_top_k(candidate *c, uint32_t n, uint32_t k) {
+    for (uint32_t i = 0; i < n; i++) {
+        candidate x = c[i];
+        uint32_t pos;
+        if (i < k) {
+            pos = i; /* sift up */
+            while (pos > 0) {
+                uint32_t parent = (pos - 1) / 2;
+                if (by_logit_desc(&c[parent], &x) >= 0) break;
+                c[pos] = c[parent];
+                pos = parent;
+            }
+            c[pos] = x;
+            continue;
+        }
+        if (by_logit_desc(&x, &c[0]) >= 0) continue; /* not better than the worst kept */
+        pos = 0; /* replace the root and sift down */
+        for (;;) {
+            uint32_t l = 2 * pos + 1, r = l + 1, worst = pos;
+            candidate *w = &x;
+            if (l < k && by_logit_desc(&c[l], w) > 0) { worst = l; w = &c[l]; }
+            if (r < k && by_logit_desc(&c[r], w) > 0) { worst = r; w = &c[r]; }
+            if (worst == pos) break;
+            c[pos] = c[worst];
+            pos = worst;
+        }
+        c[pos] = x;
+    }
+}
+
+/* The filters follow llama.cpp's chain: top-k, then top-p and min-p on the untempered softmax of what is left,
+ * then temperature over the survivors, then one draw. */
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
     const sy_sampler_params *p = &s->params;
     uint32_t n = s->n_vocab;
@@ -128,27 +161,24 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
 
     if (p->temperature <= 0.0f) return sy_argmax(logits, n);
 
-    for (uint32_t i = 0; i < n; i++) s->cands[i] = (candidate){(int32_t)i, logits[i], 0};
-    uint32_t kept = n;
+    uint32_t kept = 0;
+    double total; /* untempered mass of the candidates after top-k */
     if (p->top_k > 0 && p->top_k < n) {
-        /* Partial selection would do; a full sort keeps the order deterministic and is fast enough per token. */
-        qsort(s->cands, n, sizeof *s->cands, by_logit_desc);
+        for (uint32_t i = 0; i < n; i++) s->cands[i] = (candidate){(int32_t)i, logits[i], 0};
+        select_top_k(s->cands, n, p->top_k);
         kept = p->top_k;
+        total = 0;
+        for (uint32_t i = 0; i < kept; i++) total += exp((double)s->cands[i].logit - max);
     } else {
-        qsort(s->cands, n, sizeof *s->cands, by_logit_desc);
+        /* min-p removes every logit below max + ln(min_p) whatever top-p does, so those never need sorting. */
+        float floor_logit = p->min_p > 0.0f ? max + logf(p->min_p) : -INFINITY;
+        for (uint32_t i = 0; i < n; i++) {
+            if (logits[i] >= floor_logit) s->cands[kept++] = (candidate){(int32_t)i, logits[i], 0};
+        }
+        total = z;
     }
-    double top = s->cands[0].logit, sum = 0;
-    for (uint32_t i = 0; i < kept; i++) {
-        s->cands[i].p = exp(((double)s->cands[i].logit - top) / p->temperature);
-        sum += s->cands[i].p;
-    }
-    for (uint32_t i = 0; i < kept; i++) s->cands[i].p /= sum;
-    if (p->min_p > 0.0f) {
-        double floor_p = s->cands[0].p * p->min_p;
-        uint32_t k = 1;
-        while (k < kept && s->cands[k].p >= floor_p) k++;
-        kept = k;
-    }
+    qsort(s->cands, kept, sizeof *s->cands, by_logit_desc);
+    for (uint32_t i = 0; i < kept; i++) s->cands[i].p = exp((double)s->cands[i].logit - max) / total;
     if (p->top_p < 1.0f) {
         double cum = 0;
         uint32_t k = 0;
@@ -159,8 +189,17 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
         }
         kept = k;
     }
-    sum = 0;
-    for (uint32_t i = 0; i < kept; i++) sum += s->cands[i].p;
+    if (p->min_p > 0.0f) {
+        double floor_p = s->cands[0].p * p->min_p;
+        uint32_t k = 1;
+        while (k < kept && s->cands[k].p >= floor_p) k++;
+        kept = k;
+    }
+    double sum = 0, top = s->cands[0].logit;
+    for (uint32_t i = 0; i < kept; i++) {
+        s->cands[i].p = exp(((double)s->cands[i].logit - top) / p->temperature);
+        sum += s->cands[i].p;
+    }
     double r = sy_rng_uniform(&s->rng) * sum, acc = 0;
     for (uint32_t i = 0; i < kept; i++) {
         acc += s->cands[i].p;

@@ -1,0 +1,195 @@
+/* Sampling: greedy ties, seeded reproducibility, the sampled distribution itself, and each filter. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sampler.h"
+
+static sy_sampler_params plain(float temperature, uint64_t seed) {
+    sy_sampler_params p = sy_sampler_defaults();
+    p.temperature = temperature;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
+static void argmax_takes_lowest_id_on_ties(void **state) {
+    (void)state;
+    float l[5] = {1, 3, 2, 3, -1};
+    assert_int_equal(sy_argmax(l, 5), 1);
+}
+
+static void temperature_zero_is_greedy(void **state) {
+    (void)state;
+    sy_sampler_params p = plain(0.0f, 1);
+    sy_sampler *s = sy_sampler_create(&p, 4);
+    for (int i = 0; i < 10; i++) {
+        float l[4] = {0.1f, 0.2f, 5.0f, 4.9f};
+        assert_int_equal(sy_sampler_sample(s, l, NULL, 0), 2);
+    }
+    sy_sampler_free(s);
+}
+
+static void draw(uint64_t seed, int32_t *out, int n) {
+    sy_sampler_params p = plain(1.0f, seed);
+    sy_sampler *s = sy_sampler_create(&p, 8);
+    for (int i = 0; i < n; i++) {
+        float l[8] = {0, 0.5f, 1, 0.2f, 0.9f, 0.1f, 0.7f, 0.3f};
+        out[i] = sy_sampler_sample(s, l, NULL, 0);
+    }
+    sy_sampler_free(s);
+}
+
+static void same_seed_same_tokens_other_seed_other_tokens(void **state) {
+    (void)state;
+    int32_t a[64], b[64], c[64];
+    draw(42, a, 64);
+    draw(42, b, 64);
+    draw(43, c, 64);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, c, sizeof a);
+}
+
+/* Pearson's chi-square of observed counts against probabilities; 3 degrees of freedom at p = 0.001 is 16.27. */
+static void samples_follow_the_softmax(void **state) {
+    (void)state;
+    const double probs[4] = {0.4, 0.3, 0.2, 0.1};
+    sy_sampler_params p = plain(1.0f, 7);
+    sy_sampler *s = sy_sampler_create(&p, 4);
+    int counts[4] = {0};
+    const int n = 20000;
+    for (int i = 0; i < n; i++) {
+        float l[4];
+        for (int k = 0; k < 4; k++) l[k] = (float)log(probs[k]);
+        counts[sy_sampler_sample(s, l, NULL, 0)]++;
+    }
+    double chi2 = 0;
+    for (int k = 0; k < 4; k++) {
+        double e = probs[k] * n;
+        chi2 += (counts[k] - e) * (counts[k] - e) / e;
+    }
+    assert_true(chi2 < 16.27);
+    sy_sampler_free(s);
+}
+
+static void temperature_sharpens(void **state) {
+    (void)state;
+    sy_sampler_params p = plain(0.25f, 3);
+    sy_sampler *s = sy_sampler_create(&p, 2);
+    int first = 0;
+    for (int i = 0; i < 4000; i++) {
+        float l[2] = {(float)log(0.6), (float)log(0.4)};
+        first += sy_sampler_sample(s, l, NULL, 0) == 0;
+    }
+    /* At T = 0.25 the odds 0.6:0.4 become 0.6^4:0.4^4, i.e. p(first) = 0.835. */
+    assert_true(first > 0.80 * 4000 && first < 0.87 * 4000);
+    sy_sampler_free(s);
+}
+
+static void filters_cut_the_tail(void **state) {
+    (void)state;
+    const double probs[4] = {0.5, 0.3, 0.15, 0.05};
+    for (int mode = 0; mode < 3; mode++) {
+        sy_sampler_params p = plain(1.0f, 11);
+        if (mode == 0) p.top_k = 2;  /* keeps ids 0 and 1 */
+        if (mode == 1) p.top_p = 0.75f; /* 0.5 + 0.3 passes 0.75: keeps 0 and 1 */
+        if (mode == 2) p.min_p = 0.5f; /* floor 0.25: keeps 0 and 1 */
+        sy_sampler *s = sy_sampler_create(&p, 4);
+        int seen[4] = {0};
+        for (int i = 0; i < 3000; i++) {
+            float l[4];
+            for (int k = 0; k < 4; k++) l[k] = (float)log(probs[k]);
+            seen[sy_sampler_sample(s, l, NULL, 0)]++;
+        }
+        assert_true(seen[0] > 0 && seen[1] > 0);
+        assert_int_equal(seen[2], 0);
+        assert_int_equal(seen[3], 0);
+        sy_sampler_free(s);
+    }
+}
+
+static void top_k_over_a_large_vocabulary_keeps_exactly_the_k_best(void **state) {
+    (void)state;
+    enum { N = 5000, K = 5 };
+    static float base[N];
+    sy_rng rng;
+    sy_rng_seed(&rng, 99);
+    for (int i = 0; i < N; i++) base[i] = (float)(sy_rng_uniform(&rng) * 4.0);
+    int best[K];
+    for (int k = 0; k < K; k++) { /* the K best by a plain scan */
+        int b = -1;
+        for (int i = 0; i < N; i++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= best[j] == i;
+            if (!taken && (b < 0 || base[i] > base[b])) b = i;
+        }
+        best[k] = b;
+    }
+    sy_sampler_params p = plain(5.0f, 5);
+    p.top_k = K;
+    sy_sampler *s = sy_sampler_create(&p, N);
+    int hits[K] = {0};
+    static float l[N];
+    for (int i = 0; i < 2000; i++) {
+        memcpy(l, base, sizeof l);
+        int32_t t = sy_sampler_sample(s, l, NULL, 0);
+        int found = -1;
+        for (int k = 0; k < K; k++) if (best[k] == t) found = k;
+        assert_true(found >= 0);
+        hits[found]++;
+    }
+    for (int k = 0; k < K; k++) assert_true(hits[k] > 0); /* a high temperature reaches all of them */
+    sy_sampler_free(s);
+}
+
+static void penalties_change_the_logits_as_documented(void **state) {
+    (void)state;
+    sy_sampler_params p = plain(0.0f, 1);
+    p.repeat_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.penalty_last_n = 0;
+    sy_sampler *s = sy_sampler_create(&p, 3);
+    float l[3] = {4.0f, -1.0f, 3.0f};
+    int32_t history[] = {0, 1, 0};
+    sy_sampler_sample(s, l, history, 3);
+    assert_float_equal(l[0], 4.0f / 2 - 0.5f - 0.25f * 2, 1e-6);
+    assert_float_equal(l[1], -1.0f * 2 - 0.5f - 0.25f * 1, 1e-6);
+    assert_float_equal(l[2], 3.0f, 1e-6);
+    sy_sampler_free(s);
+}
+
+static void logprob_is_log_softmax(void **state) {
+    (void)state;
+    sy_sampler_params p = plain(0.0f, 1);
+    sy_sampler *s = sy_sampler_create(&p, 3);
+    float l[3] = {1.0f, 2.0f, 3.0f};
+    sy_sampler_sample(s, l, NULL, 0);
+    double z = log(exp(1.0) + exp(2.0) + exp(3.0));
+    assert_float_equal(sy_sampler_last_logprob(s, 0), 1.0 - z, 1e-9);
+    assert_float_equal(sy_sampler_last_logprob(s, 2), 3.0 - z, 1e-9);
+    assert_true(isinf(sy_sampler_last_logprob(s, 7)));
+    sy_sampler_free(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(argmax_takes_lowest_id_on_ties),
+        cmocka_unit_test(temperature_zero_is_greedy),
+        cmocka_unit_test(same_seed_same_tokens_other_seed_other_tokens),
+        cmocka_unit_test(samples_follow_the_softmax),
+        cmocka_unit_test(temperature_sharpens),
+        cmocka_unit_test(filters_cut_the_tail),
+        cmocka_unit_test(top_k_over_a_large_vocabulary_keeps_exactly_the_k_best),
+        cmocka_unit_test(penalties_change_the_logits_as_documented),
+        cmocka_unit_test(logprob_is_log_softmax),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

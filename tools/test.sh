@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up and runs the whole test suite: a release build, the same suite under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and the libFuzzer targets (clang) for a short run each over their seed corpora.
+# Usage: tools/test.sh            (set SY_TEST_QUICK=1 to skip the sanitizer and fuzz builds)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+tools/setup.sh --test
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run_suite() { # name build-dir ctest-args... ; cmake args come from $cmake_args
+  local name=$1 dir=$2
+  shift 2
+  echo "== $name: configure and build ($dir)"
+  cmake -S "$root" -B "$dir" -G Ninja "${cmake_args[@]}" >/dev/null
+  cmake --build "$dir" -j "$jobs" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; return 1; }
+  echo "== $name: ctest"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" --timeout 600 "$@")
+}
+
+cmake_args=(-DCMAKE_BUILD_TYPE=Release)
+run_suite "release" "$root/build-test"
+
+if [[ "${SY_TEST_QUICK:-0}" != 1 ]]; then
+  cmake_args=(-DCMAKE_BUILD_TYPE=Debug -DSY_SANITIZE=ON)
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    SY_KEEP_PLUGINS_MAPPED=1 run_suite "sanitizers (address, undefined)" "$root/build-asan" -LE slow
+
+  cmake_args=(-DCMAKE_BUILD_TYPE=Debug -DSY_FUZZ=ON -DCMAKE_C_COMPILER=clang)
+  run_suite "fuzz (libFuzzer, short runs)" "$root/build-fuzz" -L '^fuzz$'
+fi
+echo "== all test suites passed"
