@@ -1,0 +1,147 @@
+/*
+ * The switchyard configuration file: INI, read with inih, checked into the typed structs below.
+ * docs/config.md is the reference of every section and key.
+ *
+ * Loading never stops at the first problem: every error and warning is collected with its file and line
+ * ("demo.ini:12: [model.qwen] ttl: 'abc' is not a number of seconds"). A config with errors must not be used
+ * beyond printing its diagnostics; one without errors has every model complete and every reference resolved.
+ */
+#ifndef SY_HOST_CONFIG_H
+#define SY_HOST_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <switchyard/abi.h>
+
+/* Limits on what one config may hold; anything above is an error, not a crash. */
+#define SY_CONFIG_MAX_BYTES ((size_t)4 << 20) /* the whole file */
+#define SY_CONFIG_MAX_MODELS 1024
+#define SY_CONFIG_MAX_GROUPS 1024
+#define SY_CONFIG_MAX_NAMES 4096      /* model names and aliases together */
+#define SY_CONFIG_MAX_LIST_ITEMS 256  /* items of one list (aliases, api_keys, members, kv_cache_dir) */
+#define SY_CONFIG_MAX_OPTIONS 64      /* engine options of one model */
+#define SY_CONFIG_MAX_NAME_LEN 128    /* a model, alias or group name */
+#define SY_CONFIG_MAX_PATH_LEN 4096   /* a path after ~ expansion and resolution */
+#define SY_CONFIG_MAX_DIAGNOSTICS 100 /* errors (and, separately, warnings) kept; the rest are counted */
+
+/* The name of the group of models that name no group. */
+#define SY_CONFIG_DEFAULT_GROUP "default"
+
+/* A list of strings with the config line each item came from. */
+typedef struct sy_config_list {
+    char **items;
+    unsigned *lines;
+    size_t count;
+} sy_config_list;
+
+typedef enum sy_config_draft {
+    SY_CONFIG_DRAFT_NONE = 0,
+    SY_CONFIG_DRAFT_NGRAM,   /* n-gram prompt lookup */
+    SY_CONFIG_DRAFT_MODEL    /* another configured model drafts (draft_model) */
+} sy_config_draft;
+
+/* [host] */
+typedef struct sy_config_host {
+    char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
+    char *plugin_dir;          /* NULL: the plugins beside the executable */
+    char *resume_path;         /* default ~/.local/state/switchyard/resume (NULL when HOME is unset) */
+    bool resume;               /* restore the snapshots in resume_path at start */
+    bool resume_no_host_cache; /* restore into the slots only, not into the host prefix cache */
+    char *slot_save_path;      /* NULL: the slot save/restore API is off */
+    uint64_t max_memory;       /* bytes all loaded models may use together; 0: no limit */
+    sy_config_list api_keys;   /* empty: no authentication */
+    sy_log_level log_level;    /* meaningful only when log_level_set */
+    bool log_level_set;
+    uint32_t http_threads;       /* default 4 */
+    uint64_t max_request_body;   /* bytes; default 16 MiB */
+    uint32_t load_timeout_s;     /* how long a request waits for its model to load; default 600 */
+    unsigned line;               /* of the [host] header; 0 when there is none */
+} sy_config_host;
+
+/* [model.NAME] */
+typedef struct sy_config_model {
+    char *name;
+    char *plugin;              /* required */
+    char *path;                /* required; ~ expanded, relative paths resolved against the config's folder */
+    sy_config_list aliases;
+    char *group;               /* never NULL in a config without errors (SY_CONFIG_DEFAULT_GROUP if unnamed) */
+    uint32_t ttl_s;            /* idle seconds before unload; 0: never */
+    uint32_t parallel;         /* slots (concurrent sequences); default 1 */
+    sy_config_draft draft;
+    char *draft_model;         /* the drafting model's canonical name when draft == SY_CONFIG_DRAFT_MODEL */
+    uint32_t draft_max;        /* tokens proposed per step; default 16 */
+    uint32_t draft_min;        /* fewer proposed tokens than this are dropped; default 0 */
+    char *chat_template;       /* a built-in template name overriding the model's own; NULL */
+    char *chat_template_file;  /* a template file overriding the model's own; NULL */
+    bool preload;              /* load at start rather than on the first request */
+    bool persist_on_unload;    /* snapshot warm slots when unloaded; default true */
+    uint32_t max_queue;        /* requests waiting for a free slot; more are refused (429); default 64 */
+    uint32_t queue_timeout_s;  /* how long a request may wait for a slot; 0: no limit; default 600 */
+    /* Engine options handed to the plugin's load(), normalized as the command line passes them
+     * ("threads"="8", "keep_kv_cache"="1", kv_cache_dir paths resolved) and engine.KEY options verbatim, in config order.
+     * The strings are owned by the config. */
+    sy_option *options;
+    size_t n_options;
+    unsigned line;             /* of the [model.NAME] header */
+} sy_config_model;
+
+/* [group.NAME], or a group that models name without a section (implicit, with the defaults). */
+typedef struct sy_config_group {
+    char *name;
+    bool swap;                 /* at most one member loaded at a time; default true */
+    bool exclusive;            /* loading a member unloads the models of other groups; default true */
+    bool persistent;           /* never unloaded by another group's exclusive load; default false */
+    sy_config_list members;    /* canonical model names, in config order (lines: the models' headers) */
+    bool implicit;             /* no [group.NAME] section */
+    unsigned line;             /* of the header; 0 when implicit */
+} sy_config_group;
+
+typedef struct sy_config {
+    char *source;              /* the name used in messages: the path as given, or the string's name */
+    char *base_dir;            /* relative paths resolve against it; NULL: left relative */
+    sy_config_host host;
+    sy_config_model *models;
+    size_t n_models;
+    sy_config_group *groups;
+    size_t n_groups;
+    /* Diagnostics, each "FILE:LINE: [SECTION] KEY: what is wrong". */
+    char **errors;
+    size_t n_errors;
+    size_t n_errors_dropped;   /* beyond SY_CONFIG_MAX_DIAGNOSTICS */
+    char **warnings;
+    size_t n_warnings;
+    size_t n_warnings_dropped;
+} sy_config;
+
+/* Load a config file. Never returns NULL (out of memory aborts); check sy_config_ok(). A file that cannot be
+ * read gives a config with one error. */
+sy_config *sy_config_load_file(const char *path);
+
+/* Load a config from memory: `len` bytes (embedded NULs are errors, not terminators). `source` names it in
+ * messages (NULL: "<string>"); relative paths resolve against `base_dir` (NULL: they stay relative). */
+sy_config *sy_config_load_string(const char *text, size_t len, const char *source, const char *base_dir);
+
+void sy_config_free(sy_config *cfg);
+
+static inline bool sy_config_ok(const sy_config *cfg) {
+    return cfg != NULL && cfg->n_errors == 0 && cfg->n_errors_dropped == 0;
+}
+
+/* Print warnings then errors, one a line ("warning: ..." / "error: ..."). */
+void sy_config_print_diagnostics(const sy_config *cfg, FILE *out);
+
+/* The model whose name or one of whose aliases is exactly `name_or_alias`; NULL if none. */
+const sy_config_model *sy_config_find_model(const sy_config *cfg, const char *name_or_alias);
+const sy_config_group *sy_config_find_group(const sy_config *cfg, const char *name);
+/* The value of one engine option of a model, or NULL. */
+const char *sy_config_model_option(const sy_config_model *model, const char *key);
+
+/* The value parsers the config uses, for command-line options that take the same forms.
+ * Each returns 0 on success, -1 (leaving *out alone) when the whole string is not such a value. */
+int sy_config_parse_bool(const char *s, bool *out);                /* true/false, yes/no, on/off, 1/0 */
+int sy_config_parse_size(const char *s, uint64_t *out);            /* 512, 64K, 512M, 8G, 1T, 8GiB, 8GB */
+int sy_config_parse_seconds(const char *s, uint64_t *out);         /* 300, 300s, 5m, 2h, 1d */
+
+#endif
