@@ -87,6 +87,11 @@ typedef struct sy_scheduler_options {
     uint32_t prefill_chunk;     /* most prompt tokens of one slot per step (keeps decode latency low); 0: 512 */
     uint32_t batch_tokens;      /* most tokens in one decode call; 0: 2048 */
     uint32_t queue_timeout_s;   /* a queued request waiting longer ends with ERROR; 0: no limit */
+    /* The host prefix cache: when a slot moves on to an unrelated prompt, its sequence (at least 32 tokens that
+     * would be dropped) is parked instead, up to this many tokens over all parked sequences (least recently used
+     * go first), and a later prompt sharing its prefix forks it. Costs the engine's KV memory for those tokens.
+     * 0: off (slots still reuse their own and each other's prefixes). */
+    uint32_t cache_tokens;
 } sy_scheduler_options;
 
 /* Start the engine loop for a loaded model (the scheduler borrows lm; it must outlive the scheduler). */
@@ -115,6 +120,8 @@ typedef struct sy_scheduler_stats {
     uint64_t requests_done;
     uint64_t decode_calls;       /* engine decode calls (batched steps) */
     uint32_t max_batch_items;    /* the most sequences one decode call has carried */
+    uint32_t parked_sequences;   /* held by the host prefix cache */
+    uint64_t parked_tokens;
 } sy_scheduler_stats;
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out);
 /* True when no slot is busy and nothing is queued. */

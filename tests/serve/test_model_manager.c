@@ -1,0 +1,493 @@
+/*
+ * The model manager on the test engine: aliases, unknown models, swap and exclusive groups, ttl through tick,
+ * concurrent acquires of a loading model, unload waiting for leases (also when the last lease ends inside a
+ * generation's callback), the memory budget with LRU eviction, reload (add, change, remove, keep), preload and
+ * load failures.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "model_manager.h"
+#include "serve_fixture.h"
+
+static serve_env env;
+
+static int group_setup(void **state) {
+    (void)state;
+    if (serve_env_open(&env) != 0) return -1;
+    static const char *const names[] = {"a.txt", "b.txt", "c.txt", "w.txt", "x.txt", "y.txt", "z.txt"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) free(serve_write_model(&env, names[i], NULL, 0));
+    FILE *f = fopen("/dev/null", "r"); /* keep the C library's stdio initialised before threads start */
+    if (f) fclose(f);
+    char path[256];
+    snprintf(path, sizeof path, "%s/bad.txt", env.dir);
+    f = fopen(path, "w");
+    if (f == NULL) return -1;
+    fputs("not a model\n", f);
+    fclose(f);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    serve_env_close(&env);
+    return 0;
+}
+
+/* A config from text; relative model paths resolve in the test folder. */
+static sy_config *config_of(const char *text) {
+    sy_config *cfg = sy_config_load_string(text, strlen(text), "test.ini", env.dir);
+    if (!sy_config_ok(cfg)) sy_config_print_diagnostics(cfg, stderr);
+    assert_true(sy_config_ok(cfg));
+    return cfg;
+}
+
+static sy_model_manager *manager_of(const char *text) {
+    sy_config *cfg = config_of(text);
+    sy_model_manager *mm = sy_model_manager_create(cfg, &env.reg);
+    sy_config_free(cfg); /* the manager keeps copies */
+    assert_non_null(mm);
+    return mm;
+}
+
+static sy_model_lease *acquire_ok(sy_model_manager *mm, const char *name) {
+    char err[1024] = "";
+    int status = 0;
+    sy_model_lease *lease = sy_model_manager_acquire(mm, name, err, sizeof err, &status);
+    if (lease == NULL) fprintf(stderr, "acquire %s: %d %s\n", name, status, err);
+    assert_non_null(lease);
+    return lease;
+}
+
+static sy_model_state state_of(sy_model_manager *mm, const char *name) {
+    sy_model_status st[16];
+    size_t n = sy_model_manager_status(mm, st, 16);
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (strcmp(st[i].name, name) == 0) return st[i].state;
+    fail_msg("model %s not in the status", name);
+    return SY_MODEL_UNLOADED;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A few greedy tokens through a lease's scheduler: the model really works. */
+static void generate_through(sy_model_lease *lease, uint32_t max_tokens) {
+    sy_scheduler *s = sy_model_lease_scheduler(lease);
+    assert_non_null(s);
+    int32_t prompt[4] = {'h', 'e', 'y', ' '};
+    sy_gen_params p = serve_greedy(max_tokens);
+    collector *c = collector_new();
+    serve_generate(s, prompt, 4, &p, c);
+    assert_int_equal(c->end_type, SY_GEN_EVENT_DONE);
+    assert_int_equal(c->usage.completion_tokens, max_tokens);
+    collector_delete(c);
+}
+
+#define HOST "[host]\nload_timeout = 20\n"
+#define MODEL(name, file) "[model." name "]\nplugin = test-engine\npath = " file "\n"
+
+/* ---- names ------------------------------------------------------------------------------------------------- */
+
+static void aliases_and_unknown_models(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "aliases = alpha, first\n" MODEL("b", "b.txt"));
+    sy_model_lease *l1 = acquire_ok(mm, "alpha");
+    assert_string_equal(sy_model_lease_name(l1), "a");
+    assert_int_equal(sy_model_lease_model(l1)->info.n_vocab, 264);
+    assert_null(sy_model_lease_chat_template(l1));
+    sy_model_lease *l2 = acquire_ok(mm, "first");
+    assert_ptr_equal(sy_model_lease_model(l1), sy_model_lease_model(l2));
+    generate_through(l2, 5);
+    sy_model_lease_release(l1);
+    sy_model_lease_release(l2);
+
+    char err[1024];
+    int status = 0;
+    assert_null(sy_model_manager_acquire(mm, "zeta", err, sizeof err, &status));
+    assert_int_equal(status, 404);
+    assert_non_null(strstr(err, "'zeta'"));
+    assert_non_null(strstr(err, "a, b"));
+    assert_int_equal(sy_model_manager_unload(mm, "nope"), -1);
+    assert_int_equal(sy_model_manager_unload(mm, "alpha"), 1);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+    assert_int_equal(sy_model_manager_unload(mm, "a"), 0); /* nothing loaded */
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.loads, 1);
+    assert_int_equal(c.unloads, 1);
+    assert_int_equal(c.swaps, 0);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- groups ------------------------------------------------------------------------------------------------ */
+
+static void swap_in_group(void **state) {
+    (void)state;
+    /* No group sections: the implicit default group swaps. */
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") MODEL("b", "b.txt"));
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_UNLOADED);
+    sy_model_lease *b = acquire_ok(mm, "b");
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_READY);
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.loads, 2);
+    assert_int_equal(c.swaps, 1);
+    assert_int_equal(c.unloads, 1);
+    assert_int_equal(c.load_failures, 0);
+    assert_true(c.load_seconds_total >= 0);
+    sy_model_lease_release(b);
+    sy_model_manager_destroy(mm);
+}
+
+static void exclusive_and_persistent_groups(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("x", "x.txt") "group = ex\n" MODEL("y", "y.txt") "group = free\n"
+                                          MODEL("w", "w.txt") "group = free\n" MODEL("z", "z.txt") "group = keep\n"
+                                      "[group.ex]\nexclusive = true\nswap = true\n"
+                                      "[group.free]\nexclusive = false\nswap = false\n"
+                                      "[group.keep]\nexclusive = false\npersistent = true\n");
+    sy_model_lease_release(acquire_ok(mm, "y"));
+    sy_model_lease_release(acquire_ok(mm, "w"));
+    sy_model_lease_release(acquire_ok(mm, "z"));
+    /* A group without swap keeps its members together; a non-exclusive load leaves other groups alone. */
+    assert_int_equal(state_of(mm, "y"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "w"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "z"), SY_MODEL_READY);
+    /* An exclusive group's load unloads the other groups, but not the persistent one. */
+    sy_model_lease_release(acquire_ok(mm, "x"));
+    assert_int_equal(state_of(mm, "x"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "y"), SY_MODEL_UNLOADED);
+    assert_int_equal(state_of(mm, "w"), SY_MODEL_UNLOADED);
+    assert_int_equal(state_of(mm, "z"), SY_MODEL_READY);
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.swaps, 2);
+    /* Loading into a non-exclusive group leaves the exclusive one loaded. */
+    sy_model_lease_release(acquire_ok(mm, "y"));
+    assert_int_equal(state_of(mm, "x"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "y"), SY_MODEL_READY);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- ttl --------------------------------------------------------------------------------------------------- */
+
+static void ttl_unloads_through_tick(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "ttl = 1\n");
+    sy_model_lease *lease = acquire_ok(mm, "a");
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY); /* in use: never idle */
+    sy_model_lease_release(lease);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY); /* idle only since now */
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.unloads, 1);
+    assert_int_equal(c.swaps, 0);
+    /* Asked for again, it loads again. */
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.loads, 2);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- concurrency ------------------------------------------------------------------------------------------- */
+
+typedef struct acquirer {
+    sy_model_manager *mm;
+    const char *name;
+    sy_model_lease *lease;
+    atomic_int done;
+    int rc;
+} acquirer;
+
+static void *acquire_thread(void *arg) {
+    acquirer *a = arg;
+    char err[512];
+    int status = 0;
+    a->lease = sy_model_manager_acquire(a->mm, a->name, err, sizeof err, &status);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void *unload_thread(void *arg) {
+    acquirer *a = arg;
+    a->rc = sy_model_manager_unload(a->mm, a->name);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+#define N_THREADS 6
+
+static void concurrent_acquires_share_one_load(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") MODEL("b", "b.txt"));
+    /* While a lease on a is held, b cannot swap it out: every acquire of b waits, one of them as the loader. */
+    sy_model_lease *held = acquire_ok(mm, "a");
+    acquirer acq[N_THREADS];
+    pthread_t th[N_THREADS];
+    for (int i = 0; i < N_THREADS; i++) {
+        memset(&acq[i], 0, sizeof acq[i]);
+        acq[i].mm = mm;
+        acq[i].name = "b";
+        assert_int_equal(pthread_create(&th[i], NULL, acquire_thread, &acq[i]), 0);
+    }
+    for (int i = 0; i < 200 && !sy_model_manager_loading(mm); i++) sleep_ms(5);
+    assert_true(sy_model_manager_loading(mm));
+    sleep_ms(50);
+    for (int i = 0; i < N_THREADS; i++) assert_int_equal(atomic_load(&acq[i].done), 0);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADING); /* takes no new leases */
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_LOADING);
+    sy_model_lease_release(held);
+    for (int i = 0; i < N_THREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N_THREADS; i++) {
+        assert_non_null(acq[i].lease);
+        assert_ptr_equal(sy_model_lease_model(acq[i].lease), sy_model_lease_model(acq[0].lease));
+        assert_ptr_equal(sy_model_lease_scheduler(acq[i].lease), sy_model_lease_scheduler(acq[0].lease));
+    }
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.loads, 2);
+    assert_int_equal(c.swaps, 1);
+    assert_false(sy_model_manager_loading(mm));
+    for (int i = 0; i < N_THREADS; i++) sy_model_lease_release(acq[i].lease);
+    sy_model_manager_destroy(mm);
+}
+
+static void unload_waits_for_lease(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt"));
+    sy_model_lease *held = acquire_ok(mm, "a");
+    acquirer un = {.mm = mm, .name = "a"}, again = {.mm = mm, .name = "a"};
+    pthread_t tu, ta;
+    assert_int_equal(pthread_create(&tu, NULL, unload_thread, &un), 0);
+    for (int i = 0; i < 1000 && state_of(mm, "a") != SY_MODEL_UNLOADING; i++) sleep_ms(5);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADING);
+    sleep_ms(20);
+    assert_int_equal(atomic_load(&un.done), 0); /* the lease holds it */
+    /* A new request for it waits until it is gone, then loads it again. */
+    assert_int_equal(pthread_create(&ta, NULL, acquire_thread, &again), 0);
+    sleep_ms(50);
+    assert_int_equal(atomic_load(&again.done), 0);
+    generate_through(held, 3); /* the in-flight request is served to its end */
+    sy_model_lease_release(held);
+    pthread_join(tu, NULL);
+    pthread_join(ta, NULL);
+    assert_int_equal(un.rc, 1);
+    assert_non_null(again.lease);
+    generate_through(again.lease, 3);
+    sy_model_manager_counters c;
+    sy_model_manager_get_counters(mm, &c);
+    assert_int_equal(c.loads, 2);
+    assert_int_equal(c.unloads, 1);
+    sy_model_lease_release(again.lease);
+    sy_model_manager_destroy(mm);
+}
+
+/* The last lease may end inside a generation's callback, on the model's own engine loop. */
+typedef struct releasing_collector {
+    sy_model_lease *lease;
+    atomic_int done;
+} releasing_collector;
+
+static void release_on_done(void *user, const sy_gen_event *ev) {
+    releasing_collector *r = user;
+    if (ev->type == SY_GEN_EVENT_TEXT) return;
+    sy_model_lease_release(r->lease);
+    atomic_store(&r->done, 1);
+}
+
+static void last_lease_released_in_callback(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "engine.delay_us = 1000\n");
+    releasing_collector r = {.lease = acquire_ok(mm, "a")};
+    int32_t prompt[3] = {'a', 'b', 'c'};
+    sy_gen_params p = serve_greedy(30);
+    char err[256];
+    int status;
+    sy_gen *g = sy_scheduler_submit(sy_model_lease_scheduler(r.lease), prompt, 3, &p, release_on_done, &r, err,
+                                    sizeof err, &status);
+    assert_non_null(g);
+    acquirer un = {.mm = mm, .name = "a"};
+    pthread_t tu;
+    assert_int_equal(pthread_create(&tu, NULL, unload_thread, &un), 0);
+    pthread_join(tu, NULL); /* returns once the callback released the lease and the unload was done */
+    assert_int_equal(un.rc, 1);
+    assert_int_equal(atomic_load(&r.done), 1);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+    sy_gen_release(g);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- memory budget ----------------------------------------------------------------------------------------- */
+
+static void memory_budget_evicts_lru(void **state) {
+    (void)state;
+#define FREE_GROUP "[group.free]\nexclusive = false\nswap = false\n"
+    /* Measure one model first. */
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "group = free\n" FREE_GROUP);
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    sy_model_status st[4];
+    assert_int_equal(sy_model_manager_status(mm, st, 4), 1);
+    uint64_t one = st[0].memory_bytes;
+    assert_true(one > 1000);
+    sy_model_manager_destroy(mm);
+
+    /* c's file is as large as a loaded model, so its estimate before loading is right; d's is too large. */
+    free(serve_write_model(&env, "c-sized.txt", NULL, (size_t)one));
+    free(serve_write_model(&env, "d-huge.txt", NULL, (size_t)one * 3));
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[host]\nload_timeout = 20\nmax_memory = %llu\n" MODEL("a", "a.txt") "group = free\n" MODEL(
+                 "b", "b.txt") "group = free\n" MODEL("c", "c-sized.txt") "group = free\n" MODEL("d", "d-huge.txt")
+                 "group = free\n" FREE_GROUP,
+             (unsigned long long)(one * 2 + one / 2));
+    mm = manager_of(text);
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    sleep_ms(2);
+    sy_model_lease_release(acquire_ok(mm, "b"));
+    sleep_ms(2);
+    sy_model_lease_release(acquire_ok(mm, "a")); /* a is now the most recently used */
+    sleep_ms(2);
+    sy_model_lease *c = acquire_ok(mm, "c");
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_UNLOADED);
+    assert_int_equal(state_of(mm, "c"), SY_MODEL_READY);
+    sy_model_manager_counters cnt;
+    sy_model_manager_get_counters(mm, &cnt);
+    assert_int_equal(cnt.swaps, 1);
+    /* A model larger than the whole budget is refused. */
+    char err[512];
+    int status = 0;
+    assert_null(sy_model_manager_acquire(mm, "d", err, sizeof err, &status));
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(err, "max_memory"));
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY); /* nothing was unloaded for it */
+    sy_model_lease_release(c);
+    sy_model_manager_destroy(mm);
+#undef FREE_GROUP
+}
+
+/* ---- reload ------------------------------------------------------------------------------------------------ */
+
+#define RELOAD_GROUP "[group.g]\nexclusive = false\nswap = false\n"
+
+static void reload_adds_changes_removes(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "group = g\n" MODEL("b", "b.txt") "group = g\n"
+                                          MODEL("k", "z.txt") "group = g\nttl = 100\n" RELOAD_GROUP);
+    sy_model_lease *old_a = acquire_ok(mm, "a");
+    sy_model_lease_release(acquire_ok(mm, "b"));
+    sy_model_lease_release(acquire_ok(mm, "k"));
+    const sy_loaded_model *old_model = sy_model_lease_model(old_a);
+
+    /* a changes (an engine option), b goes, c comes, k only changes its ttl and alias. */
+    sy_config *next = config_of(HOST MODEL("a", "a.txt") "group = g\nengine.delay_us = 10\n"
+                                    MODEL("c", "c.txt") "group = g\n"
+                                    MODEL("k", "z.txt") "group = g\nttl = 200\naliases = kay\n" RELOAD_GROUP);
+    assert_int_equal(sy_model_manager_reload(mm, next), 0);
+    sy_config_free(next);
+
+    sy_model_status st[8];
+    assert_int_equal(sy_model_manager_status(mm, st, 8), 3);
+    assert_string_equal(st[0].name, "a");
+    assert_string_equal(st[1].name, "c");
+    assert_string_equal(st[2].name, "k");
+    assert_int_equal(st[0].state, SY_MODEL_UNLOADED); /* the new a; the old one still serves its lease */
+    assert_int_equal(st[2].state, SY_MODEL_READY);    /* kept loaded */
+    assert_int_equal(st[2].ttl_s, 200);
+    sy_model_manager_counters cnt;
+    sy_model_manager_get_counters(mm, &cnt);
+    assert_int_equal(cnt.loads, 3);
+    assert_int_equal(cnt.unloads, 1); /* b, which had no lease */
+
+    /* The in-flight request on the old a goes on. */
+    generate_through(old_a, 4);
+    char err[512];
+    int status = 0;
+    assert_null(sy_model_manager_acquire(mm, "b", err, sizeof err, &status));
+    assert_int_equal(status, 404);
+    sy_model_lease *kay = acquire_ok(mm, "kay");
+    assert_string_equal(sy_model_lease_name(kay), "k");
+    sy_model_lease_release(kay);
+
+    sy_model_lease *new_a = acquire_ok(mm, "a");
+    assert_ptr_not_equal(sy_model_lease_model(new_a), old_model);
+    generate_through(new_a, 4);
+    sy_model_lease_release(old_a); /* the old a goes with its last lease */
+    sy_model_manager_get_counters(mm, &cnt);
+    assert_int_equal(cnt.loads, 4);
+    assert_int_equal(cnt.unloads, 2);
+    sy_model_lease_release(acquire_ok(mm, "c"));
+
+    /* A config with errors changes nothing. */
+    const char *broken = "[model.a]\nplugin = test-engine\n"; /* no path */
+    sy_config *bad = sy_config_load_string(broken, strlen(broken), "bad.ini", env.dir);
+    assert_false(sy_config_ok(bad));
+    assert_int_equal(sy_model_manager_reload(mm, bad), -1);
+    sy_config_free(bad);
+    assert_int_equal(sy_model_manager_status(mm, st, 8), 3);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    sy_model_lease_release(new_a);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- preload, failures ------------------------------------------------------------------------------------- */
+
+static void preload_and_load_failure(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("p", "a.txt") "preload = true\ngroup = g\n"
+                                          MODEL("bad", "bad.txt") "group = g\n" RELOAD_GROUP);
+    assert_int_equal(sy_model_manager_preload(mm), 0);
+    assert_int_equal(state_of(mm, "p"), SY_MODEL_READY);
+    for (int attempt = 1; attempt <= 2; attempt++) {
+        char err[512] = "";
+        int status = 0;
+        assert_null(sy_model_manager_acquire(mm, "bad", err, sizeof err, &status));
+        assert_int_equal(status, 503);
+        assert_non_null(strstr(err, "test-engine"));
+        assert_int_equal(state_of(mm, "bad"), SY_MODEL_UNLOADED);
+        sy_model_manager_counters cnt;
+        sy_model_manager_get_counters(mm, &cnt);
+        assert_int_equal(cnt.load_failures, (uint64_t)attempt);
+    }
+    assert_int_equal(state_of(mm, "p"), SY_MODEL_READY);
+    sy_model_manager_destroy(mm);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(aliases_and_unknown_models),
+        cmocka_unit_test(swap_in_group),
+        cmocka_unit_test(exclusive_and_persistent_groups),
+        cmocka_unit_test(ttl_unloads_through_tick),
+        cmocka_unit_test(concurrent_acquires_share_one_load),
+        cmocka_unit_test(unload_waits_for_lease),
+        cmocka_unit_test(last_lease_released_in_callback),
+        cmocka_unit_test(memory_budget_evicts_lru),
+        cmocka_unit_test(reload_adds_changes_removes),
+        cmocka_unit_test(preload_and_load_failure),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
