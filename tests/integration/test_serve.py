@@ -1,0 +1,666 @@
+#!/usr/bin/env python3
+"""Integration test of `switchyard serve` on the test engine.
+
+Starts real servers on free loopback ports (--listen 127.0.0.1:0, the bound port read back from the log) and
+drives them with curl (error statuses and headers) and with the official `openai` and `ollama` Python clients.
+Every check can fail; the exit status is the number of failed checks (capped at 100).
+
+Usage: test_serve.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import ollama
+import openai
+
+ARGS = None
+FIXTURES = None
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise CheckFailed(message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Servers
+
+
+class Server:
+    """One `switchyard serve` process with its own config file and log."""
+
+    def __init__(self, name, config_text, extra_args=()):
+        self.name = name
+        self.dir = os.path.join(ARGS.work_dir, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.config_path = os.path.join(self.dir, "serve.ini")
+        self.write_config(config_text)
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.log = open(self.log_path, "wb")
+        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
+               "--plugin-dir", ARGS.plugin_dir, *extra_args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.signalled = False
+        self.port = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            self.proc.kill()
+            raise CheckFailed(f"server {name} did not start; its log:\n{self.log_text()}")
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def write_config(self, text):
+        with open(self.config_path, "w") as f:
+            f.write(text)
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def openai(self, api_key="none"):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=api_key, max_retries=0, timeout=60)
+
+    def ollama(self):
+        return ollama.Client(host=self.base, timeout=60)
+
+    def json(self, method, path, body=None, headers=None):
+        """(status, decoded JSON or text) over http.client."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers=headers or {})
+        resp = conn.getresponse()
+        raw = resp.read()
+        conn.close()
+        try:
+            return resp.status, json.loads(raw)
+        except ValueError:
+            return resp.status, raw.decode("utf-8", "replace")
+
+    def send(self, sig):
+        self.signalled = True
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        """Stop with a signal (unless one was sent already: a second one kills at once); the exit status must be
+        0 (sanitizer builds report leaks through it)."""
+        if self.proc.poll() is None and not self.signalled:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise CheckFailed(f"server {self.name} did not stop within {timeout} s of {sig.name}")
+        finally:
+            self.log.close()
+        check(rc == 0, f"server {self.name} exited with status {rc}; its log:\n{self.log_text()[-4000:]}")
+
+
+def model_section(name, fixture, group, aliases="", extra=""):
+    lines = [f"[model.{name}]", "plugin = test-engine", f"path = {os.path.join(FIXTURES, fixture)}",
+             f"group = {group}", "parallel = 2", "engine.eos_one_in = 0"]
+    if aliases:
+        lines.append(f"aliases = {aliases}")
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines) + "\n\n"
+
+
+def main_config():
+    return ("[host]\nmax_request_body = 64K\n\n"
+            + model_section("alpha", "alpha.model", "pair", aliases="gpt-4o-mini")
+            + model_section("beta", "beta.model", "pair")
+            + "[model.slow]\nplugin = test-engine\npath = " + os.path.join(FIXTURES, "alpha.model")
+            + "\ngroup = slowpoke\nparallel = 1\nengine.delay_us = 50000\nengine.eos_one_in = 0\n\n"
+            + "[group.pair]\nswap = true\nexclusive = false\n\n"
+            + "[group.slowpoke]\nexclusive = false\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# curl
+
+
+def curl(url, *args, data=None, data_file=None):
+    """(status, headers as a lower-cased dict, body text) of one curl call."""
+    cmd = ["curl", "-sS", "-D", "-", "-o", "-", *args]
+    if data is not None:
+        cmd += ["--data-binary", "@-"]
+    if data_file is not None:
+        cmd += ["--data-binary", "@" + data_file]
+    cmd.append(url)
+    out = subprocess.run(cmd, input=data.encode() if isinstance(data, str) else data, capture_output=True,
+                         timeout=60)
+    check(out.returncode == 0, f"curl {' '.join(args)} {url} failed: {out.stderr.decode(errors='replace')}")
+    raw = out.stdout.decode("utf-8", "replace")
+    head, _, body = raw.partition("\r\n\r\n")
+    while head.startswith("HTTP/1.1 100"):  # a 100 Continue precedes the real response
+        head, _, body = body.partition("\r\n\r\n")
+    lines = head.split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return status, headers, body
+
+
+def curl_json(url, *args, **kw):
+    status, headers, body = curl(url, *args, **kw)
+    try:
+        return status, headers, json.loads(body)
+    except ValueError:
+        raise CheckFailed(f"{url}: body is not JSON: {body[:300]!r}")
+
+
+def printable_window(text, start, size):
+    """A run of `size` printable ASCII characters of text at or after index `start` (to use as a stop string)."""
+    for i in range(start, len(text) - size + 1):
+        w = text[i:i + size]
+        if all(" " <= ch <= "~" for ch in w):
+            return w
+    raise CheckFailed(f"no printable {size}-character window in {text!r}")
+
+
+def post(url, obj_or_text, *args):
+    text = obj_or_text if isinstance(obj_or_text, str) else json.dumps(obj_or_text)
+    return curl_json(url, "-H", "Content-Type: application/json", *args, data=text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checks on the main server
+
+
+def t_health_and_cors(srv):
+    status, headers, body = curl_json(srv.base + "/health")
+    check(status == 200 and body == {"status": "ok"}, f"/health: {status} {body}")
+    check(headers.get("access-control-allow-origin") == "*", f"/health lacks CORS: {headers}")
+    status, headers, _ = curl(srv.base + "/v1/chat/completions", "-X", "OPTIONS", "-H", "Origin: http://example.com",
+                              "-H", "Access-Control-Request-Method: POST",
+                              "-H", "Access-Control-Request-Headers: authorization, content-type")
+    check(status == 204, f"preflight status {status}")
+    check(headers.get("access-control-allow-origin") == "*", f"preflight origin: {headers}")
+    check("POST" in headers.get("access-control-allow-methods", ""), f"preflight methods: {headers}")
+    check("authorization" in headers.get("access-control-allow-headers", "").lower(), f"preflight headers: {headers}")
+
+
+def t_errors(srv):
+    b = srv.base
+    # Malformed JSON: 400 in each API's error shape.
+    status, _, body = post(b + "/v1/chat/completions", '{"model": "alpha", "messages": [')
+    check(status == 400, f"malformed JSON: {status}")
+    err = body.get("error", {})
+    check(err.get("type") == "invalid_request_error" and err.get("code") == "invalid_json"
+          and "param" in err and err.get("message"), f"OpenAI error shape: {body}")
+    status, _, body = post(b + "/api/chat", "{nope")
+    check(status == 400 and isinstance(body.get("error"), str), f"Ollama malformed JSON: {status} {body}")
+    status, _, body = post(b + "/v1/chat/completions", "[1, 2]")
+    check(status == 400, f"a JSON array body: {status}")
+    # Unknown model: 404 naming the models offered.
+    for path, key in (("/v1/chat/completions", "messages"), ("/api/chat", "messages")):
+        status, _, body = post(b + path, {"model": "no-such-model", key: [{"role": "user", "content": "hi"}]})
+        msg = body["error"]["message"] if path.startswith("/v1") else body["error"]
+        check(status == 404, f"{path} unknown model: {status} {body}")
+        check("no-such-model" in msg and "alpha" in msg and "beta" in msg, f"404 does not name the models: {msg}")
+    status, _, body = post(b + "/v1/completions", {"prompt": "x"})
+    check(status == 400 and body["error"]["param"] == "model", f"missing model: {status} {body}")
+    # Body too large (the config allows 64 KiB), declared and chunked.
+    big = os.path.join(ARGS.work_dir, "big.json")
+    with open(big, "w") as f:
+        f.write('{"model": "alpha", "prompt": "' + "a" * 70000 + '"}')
+    status, _, body = curl_json(b + "/v1/completions", "-H", "Content-Type: application/json", data_file=big)
+    check(status == 413 and body["error"]["code"] == "request_too_large", f"413 (declared): {status} {body}")
+    status, _, body = curl_json(b + "/v1/completions", "-H", "Content-Type: application/json",
+                                "-H", "Transfer-Encoding: chunked", data_file=big)
+    check(status == 413, f"413 (chunked): {status} {body}")
+    # Parameters.
+    chat = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}
+    for extra, param in (({"n": 2}, "n"), ({"temperature": "hot"}, "temperature"), ({"temperature": 9}, "temperature"),
+                         ({"max_tokens": 0}, "max_tokens"), ({"stop": [1]}, "stop"),
+                         ({"top_logprobs": 2}, "top_logprobs"), ({"messages": []}, "messages"),
+                         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
+                         ({"tools": [{"type": "function"}]}, "tools")):
+        status, _, body = post(b + "/v1/chat/completions", {**chat, **extra})
+        check(status == 400 and body["error"]["param"] == param, f"{extra}: {status} {body}")
+    # A prompt longer than the context (512 tokens).
+    status, _, body = post(b + "/v1/completions", {"model": "alpha", "prompt": "a" * 600})
+    check(status == 400 and body["error"]["code"] == "context_length_exceeded", f"long prompt: {status} {body}")
+    status, _, body = post(b + "/v1/completions", {"model": "alpha", "prompt": [1, 2, 99999]})
+    check(status == 400 and "vocabulary" in body["error"]["message"], f"bad token id: {status} {body}")
+    # Routes.
+    status, headers, body = curl_json(b + "/v1/chat/completions")
+    check(status == 405 and "POST" in headers.get("allow", ""), f"GET on a POST route: {status} {headers}")
+    status, _, body = curl_json(b + "/v2/nothing")
+    check(status == 404, f"unknown path: {status}")
+    status, _, body = post(b + "/api/generate", {"model": "alpha", "prompt": "x", "options": {"temperature": "x"}})
+    check(status == 400 and "options.temperature" in body["error"], f"Ollama option type: {status} {body}")
+    status, _, body = post(b + "/api/generate", {"model": "alpha", "prompt": "x", "keep_alive": "soon"})
+    check(status == 400 and "keep_alive" in body["error"], f"keep_alive: {status} {body}")
+
+
+def t_openai_chat(srv):
+    c = srv.openai()
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+    r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=12, temperature=1, seed=42)
+    text = r.choices[0].message.content
+    check(r.object == "chat.completion" and r.choices[0].message.role == "assistant", f"shape: {r}")
+    check(r.choices[0].finish_reason == "length", f"finish_reason {r.choices[0].finish_reason}")
+    u = r.usage
+    check(u.completion_tokens == 12 and u.prompt_tokens > 10 and u.total_tokens == u.prompt_tokens + 12, f"usage {u}")
+    check(len(text) > 0, "empty content")
+    # The same request streamed, with usage: the same text (same seed), the usage in a last chunk of no choices.
+    stream = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=12, temperature=1, seed=42,
+                                       stream=True, stream_options={"include_usage": True})
+    parts, usage, finish, roles = [], None, None, []
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            check(chunk.choices == [], f"usage chunk carries choices: {chunk}")
+        for ch in chunk.choices:
+            if ch.delta.role:
+                roles.append(ch.delta.role)
+            if ch.delta.content:
+                parts.append(ch.delta.content)
+            if ch.finish_reason:
+                finish = ch.finish_reason
+    check("".join(parts) == text, f"streamed {''.join(parts)!r} != {text!r}")
+    check(roles == ["assistant"], f"roles in the stream: {roles}")
+    check(finish == "length", f"stream finish_reason {finish}")
+    check(usage is not None and usage.completion_tokens == 12, f"stream usage {usage}")
+    # The second identical request reuses the cached prompt.
+    cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+    check(cached > 0, f"no cached prompt tokens on a repeated request: {usage}")
+    # A different seed gives a different text (sampling is really seeded).
+    r2 = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=12, temperature=1, seed=43)
+    check(r2.choices[0].message.content != text, "seed 42 and 43 gave the same text")
+    # Alias.
+    r3 = c.chat.completions.create(model="gpt-4o-mini", messages=msgs, max_tokens=12, temperature=1, seed=42)
+    check(r3.choices[0].message.content == text and r3.model == "gpt-4o-mini", f"alias: {r3}")
+    # max_completion_tokens is the newer spelling.
+    r4 = c.chat.completions.create(model="alpha", messages=msgs, max_completion_tokens=3, temperature=0)
+    check(r4.usage.completion_tokens == 3, f"max_completion_tokens: {r4.usage}")
+    # Logprobs: greedy, so the chosen token is the best of the alternatives.
+    r5 = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=5, temperature=0, logprobs=True,
+                                   top_logprobs=3)
+    content = r5.choices[0].logprobs.content
+    check(len(content) == 5, f"{len(content)} logprob entries for 5 tokens")
+    for e in content:
+        check(len(e.top_logprobs) == 3 and e.logprob <= 0, f"logprob entry {e}")
+        check(abs(e.top_logprobs[0].logprob - e.logprob) < 1e-9, f"greedy token is not the best: {e}")
+        check(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob, f"order {e}")
+    check("".join(e.token for e in content) == r5.choices[0].message.content, "logprob tokens do not spell the text")
+
+
+def t_openai_completions(srv):
+    c = srv.openai()
+    r = c.completions.create(model="alpha", prompt="Once upon a time", max_tokens=24, temperature=0)
+    text = r.choices[0].text
+    check(r.object == "text_completion" and r.choices[0].finish_reason == "length", f"shape {r}")
+    check(r.usage.completion_tokens == 24, f"usage {r.usage}")
+    streamed = "".join(ch.choices[0].text for ch in
+                       c.completions.create(model="alpha", prompt="Once upon a time", max_tokens=24, temperature=0,
+                                            stream=True) if ch.choices)
+    check(streamed == text, f"stream {streamed!r} != {text!r}")
+    # A stop string: the text ends right before it.
+    stop = printable_window(text, 3, 3)
+    expected = text[:text.find(stop)]
+    r2 = c.completions.create(model="alpha", prompt="Once upon a time", max_tokens=24, temperature=0, stop=[stop])
+    check(r2.choices[0].text == expected and r2.choices[0].finish_reason == "stop",
+          f"stop {stop!r}: {r2.choices[0].text!r} (finish {r2.choices[0].finish_reason}), expected {expected!r}")
+    # echo and logprobs.
+    r3 = c.completions.create(model="alpha", prompt="Once upon a time", max_tokens=4, temperature=0, echo=True,
+                              logprobs=2)
+    check(r3.choices[0].text == "Once upon a time" + text[:len(r3.choices[0].text) - 16], f"echo {r3.choices[0].text!r}")
+    lp = r3.choices[0].logprobs
+    check(len(lp.tokens) == 4 and len(lp.token_logprobs) == 4 and len(lp.top_logprobs) == 4, f"logprobs {lp}")
+    check("".join(lp.tokens) == r3.choices[0].text[16:], f"logprob tokens {lp.tokens}")
+    # Token ids as the prompt give the same as their text (the test tokenizer maps bytes to ids 0..255, BOS 256).
+    ids = [256] + list("Once upon a time".encode())
+    r4 = c.completions.create(model="alpha", prompt=ids, max_tokens=24, temperature=0)
+    check(r4.choices[0].text == text, f"token-id prompt: {r4.choices[0].text!r} != {text!r}")
+
+
+def t_openai_models(srv):
+    c = srv.openai()
+    ids = [m.id for m in c.models.list()]
+    check(ids == ["alpha", "beta", "slow"], f"models {ids}")
+    m = c.models.retrieve("gpt-4o-mini")
+    check(m.id == "alpha" and m.object == "model", f"retrieve by alias: {m}")
+    try:
+        c.models.retrieve("zeta")
+        raise CheckFailed("retrieving an unknown model succeeded")
+    except openai.NotFoundError as e:
+        check("alpha" in str(e), f"404 does not name the models: {e}")
+    try:
+        c.chat.completions.create(model="zeta", messages=[{"role": "user", "content": "x"}])
+        raise CheckFailed("chat with an unknown model succeeded")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, f"{e}")
+
+
+def t_ollama(srv):
+    o = srv.ollama()
+    names = [m.model for m in o.list().models]
+    check(names == ["alpha", "beta", "slow"], f"tags {names}")
+    msgs = [{"role": "user", "content": "Why is the sky blue?"}]
+    opts = {"num_predict": 9, "seed": 7, "temperature": 1, "num_ctx": 4096}
+    r = o.chat(model="beta", messages=msgs, options=opts, stream=False)
+    check(r.done and r.done_reason == "length" and r.message.role == "assistant", f"chat {r}")
+    check(r.eval_count == 9 and r.prompt_eval_count > 5, f"counts {r}")
+    for k in ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration"):
+        v = getattr(r, k)
+        check(isinstance(v, int) and v >= 0, f"{k} = {v!r}")
+    check(r.total_duration > 0 and r.eval_duration > 0, f"durations {r}")
+    parts, final = [], None
+    for chunk in o.chat(model="beta", messages=msgs, options=opts, stream=True):
+        if chunk.done:
+            final = chunk
+        else:
+            parts.append(chunk.message.content)
+    check("".join(parts) == r.message.content, f"streamed {''.join(parts)!r} != {r.message.content!r}")
+    check(final is not None and final.eval_count == 9 and final.done_reason == "length", f"final {final}")
+    g = o.generate(model="beta", prompt="Hello", options={"num_predict": 5, "temperature": 0}, stream=False)
+    check(g.done and len(g.response) > 0 and g.eval_count == 5, f"generate {g}")
+    streamed = "".join(p.response for p in o.generate(model="beta", prompt="Hello",
+                                                      options={"num_predict": 5, "temperature": 0}, stream=True))
+    check(streamed == g.response, f"generate stream {streamed!r} != {g.response!r}")
+    raw = o.generate(model="beta", prompt="Hello", raw=True, options={"num_predict": 5, "temperature": 0})
+    check(raw.response != g.response, "raw=True gave the templated prompt's output")
+    word = printable_window(g.response, 2, 2)
+    stop = o.generate(model="beta", prompt="Hello", options={"num_predict": 5, "temperature": 0, "stop": [word]})
+    check(stop.response == g.response[:g.response.find(word)] and stop.done_reason == "stop",
+          f"stop {word!r}: {stop.response!r} of {g.response!r}")
+    # show, ps, version.
+    s = o.show("beta")
+    check(s.modelinfo and s.modelinfo.get("general.architecture"), f"show {s}")
+    ps = [m.model for m in o.ps().models]
+    check("beta" in ps and "alpha" not in ps, f"ps {ps} (alpha and beta swap)")
+    status, _, body = curl_json(srv.base + "/api/version")
+    check(status == 200 and body.get("version"), f"version {body}")
+    # keep_alive 0 unloads after the request; an empty prompt loads.
+    o.generate(model="beta", prompt="Hi", options={"num_predict": 1}, keep_alive=0)
+    check("beta" not in [m.model for m in o.ps().models], "keep_alive 0 left beta loaded")
+    r = o.generate(model="beta", prompt="")
+    check(r.done and r.done_reason == "load", f"empty prompt: {r}")
+    check("beta" in [m.model for m in o.ps().models], "an empty prompt did not load beta")
+    try:
+        o.chat(model="zeta", messages=msgs)
+        raise CheckFailed("Ollama chat with an unknown model succeeded")
+    except ollama.ResponseError as e:
+        check(e.status_code == 404 and "alpha" in e.error, f"{e.status_code} {e.error}")
+
+
+def t_management(srv):
+    c = srv.openai()
+    c.completions.create(model="alpha", prompt="x", max_tokens=2, temperature=0)
+    status, _, body = curl_json(srv.base + "/running")
+    running = {m["model"]: m for m in body["running"]}
+    check(status == 200 and running.get("alpha", {}).get("state") == "ready" and "beta" not in running,
+          f"/running {body}")
+    status, headers, text = curl(srv.base + "/metrics")
+    check(status == 200, f"/metrics {status}")
+    check(headers.get("content-type", "").startswith("text/plain"), f"metrics content type {headers}")
+    for pattern in (r'switchyard_requests_total\{endpoint="/v1/completions",status="200"\} [1-9]',
+                    r'switchyard_requests_total\{endpoint="/v1/chat/completions",status="404"\} [1-9]',
+                    r'switchyard_generated_tokens_total\{model="alpha"\} [1-9]',
+                    r'switchyard_prompt_tokens_total\{model="beta"\} [1-9]',
+                    r'switchyard_cached_tokens_total\{model="alpha"\} [1-9]',
+                    r'switchyard_time_to_first_token_seconds_count [1-9]',
+                    r'switchyard_token_latency_seconds_count [1-9]',
+                    r'switchyard_model_loads_total [1-9]', r'switchyard_model_swaps_total [1-9]',
+                    r'switchyard_model_memory_bytes\{model="alpha"\} [1-9]', r'switchyard_queue_depth\{model="alpha"\} 0',
+                    r'switchyard_slots_busy\{model="alpha"\} 0'):
+        check(re.search(pattern, text), f"/metrics lacks {pattern}")
+    status, _, body = curl_json(srv.base + "/unload/gpt-4o-mini", "-X", "POST")
+    check(status == 200 and body.get("unloaded") == 1, f"/unload/alias {status} {body}")
+    status, _, body = curl_json(srv.base + "/running")
+    check("alpha" not in [m["model"] for m in body["running"]], f"alpha still running: {body}")
+    status, _, body = curl_json(srv.base + "/unload?model=nobody")
+    check(status == 404, f"/unload of an unknown model: {status}")
+    status, _, body = curl_json(srv.base + "/unload")
+    check(status == 200, f"/unload all: {status} {body}")
+    status, _, body = curl_json(srv.base + "/running")
+    check(body["running"] == [], f"running after /unload: {body}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Swapping two models of one group: every answer is its own model's.
+
+SWAP_PROMPTS = ["Once upon a time", "The quick brown fox", "In the beginning"]
+
+
+def swap_requests(srv, model):
+    """The completions (greedy) and chats (seeded) of one model for all prompts."""
+    c = srv.openai()
+    out = []
+    for p in SWAP_PROMPTS:
+        r = c.completions.create(model=model, prompt=p, max_tokens=16, temperature=0)
+        out.append(r.choices[0].text)
+        r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": p}], max_tokens=16,
+                                      temperature=1, seed=11)
+        out.append(r.choices[0].message.content)
+    return out
+
+
+def t_swap(srv):
+    refs = {}
+    for model, fixture in (("alpha", "alpha.model"), ("beta", "beta.model")):
+        alone = Server(f"alone-{model}", model_section(model, fixture, "solo"))
+        try:
+            refs[model] = swap_requests(alone, model)
+        finally:
+            alone.stop()
+    check(refs["alpha"] != refs["beta"], "alpha and beta give the same outputs: the swap test would prove nothing")
+    # Alternate, checking that exactly the model just used is loaded.
+    for round_ in range(3):
+        for model in ("alpha", "beta"):
+            got = swap_requests(srv, model)
+            check(got == refs[model], f"round {round_}: {model} answered {got} instead of {refs[model]}")
+            _, _, body = curl_json(srv.base + "/running")
+            loaded = [(m["model"], m["state"]) for m in body["running"] if m["model"] in ("alpha", "beta")]
+            check(loaded == [(model, "ready")], f"after {model}: /running says {body['running']}")
+    # Concurrently: requests for both models interleave, waiting for each other's swaps; none is mixed up.
+    errors = []
+
+    def worker(i):
+        model = ("alpha", "beta")[i % 2]
+        try:
+            for _ in range(2):
+                got = swap_requests(srv, model)
+                if got != refs[model]:
+                    errors.append(f"{model} answered {got}")
+        except Exception as e:  # reported below
+            errors.append(f"{model}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    check(not any(t.is_alive() for t in threads), "concurrent swap requests did not finish within 120 s")
+    check(not errors, "concurrent swaps: " + "; ".join(errors[:4]))
+    _, _, text = curl(srv.base + "/metrics")
+    m = re.search(r"switchyard_model_swaps_total (\d+)", text)
+    check(m and int(m.group(1)) >= 6, f"swaps counted: {m.group(0) if m else None}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A client that leaves cancels its generation; the server stops cleanly mid-stream.
+
+
+def stream_first_chunk(srv, body):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    check(resp.status == 200, f"stream status {resp.status}")
+    first = resp.readline()
+    return conn, resp, first
+
+
+def t_disconnect_cancels(srv):
+    # slow: one slot, 50 ms a token; 400 tokens would hold the slot for 20 s.
+    conn, resp, first = stream_first_chunk(srv, {"model": "slow", "prompt": "Hi", "max_tokens": 400, "stream": True,
+                                                 "temperature": 0})
+    check(first, "no first chunk")
+    conn.sock.shutdown(2)
+    conn.close()
+    t0 = time.time()
+    r = srv.openai().completions.create(model="slow", prompt="Hi", max_tokens=3, temperature=0)
+    took = time.time() - t0
+    check(r.usage.completion_tokens == 3, f"{r.usage}")
+    check(took < 5, f"the next request waited {took:.1f} s: the abandoned generation was not cancelled")
+    # Non-streamed: the client leaves while the answer is being collected.
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps({"model": "slow", "prompt": "Ho", "max_tokens": 400}),
+                 headers={"Content-Type": "application/json"})
+    time.sleep(0.5)
+    conn.sock.shutdown(2)
+    conn.close()
+    t0 = time.time()
+    srv.openai().completions.create(model="slow", prompt="Hi", max_tokens=2, temperature=0)
+    took = time.time() - t0
+    check(took < 5, f"after a non-streamed client left, the next request waited {took:.1f} s")
+
+
+def t_shutdown_mid_stream(srv):
+    conn, resp, first = stream_first_chunk(srv, {"model": "slow", "prompt": "Bye", "max_tokens": 400,
+                                                 "stream": True})
+    check(first.startswith(b"data: "), f"first line {first!r}")
+    t0 = time.time()
+    srv.send(signal.SIGTERM)
+    rest = resp.read().decode("utf-8", "replace")  # must end, not hang or break
+    conn.close()
+    srv.stop()
+    events = [line[6:] for line in rest.split("\n") if line.startswith("data: ")]
+    check(events and events[-1] == "[DONE]", f"the stream did not end with [DONE]: {rest[-300:]!r}")
+    check(any("shutting down" in e for e in events), f"no shutdown error event: {rest[-300:]!r}")
+    check(time.time() - t0 < 10, "stopping took more than 10 s")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# API keys, SIGHUP and --watch-config reloads (a server of its own).
+
+
+def t_api_keys_and_reload(_main):
+    base_cfg = model_section("alpha", "alpha.model", "solo")
+    srv = Server("keys", base_cfg, extra_args=("--watch-config",))
+    try:
+        status, _, _ = curl_json(srv.base + "/v1/models")
+        check(status == 200, f"no keys: {status}")
+        srv.write_config("[host]\napi_keys = k-one, k-two\n\n" + base_cfg)
+        srv.proc.send_signal(signal.SIGHUP)  # not a stop signal
+        deadline = time.time() + 10
+        while time.time() < deadline and curl_json(srv.base + "/v1/models")[0] != 401:
+            time.sleep(0.1)
+        status, headers, body = curl_json(srv.base + "/v1/models")
+        check(status == 401 and body["error"]["code"] == "invalid_api_key", f"after SIGHUP: {status} {body}")
+        check(headers.get("www-authenticate", "").startswith("Bearer"), f"401 headers {headers}")
+        status, _, body = curl_json(srv.base + "/api/tags", "-H", "Authorization: Bearer k-three")
+        check(status == 401 and isinstance(body.get("error"), str), f"wrong key on /api: {status} {body}")
+        status, _, _ = curl_json(srv.base + "/v1/models", "-H", "Authorization: Bearer k-two")
+        check(status == 200, f"right key: {status}")
+        status, _, _ = curl_json(srv.base + "/health")
+        check(status == 200, f"/health must stay open: {status}")
+        status, _, _ = curl(srv.base + "/v1/models", "-X", "OPTIONS")
+        check(status == 204, f"preflight must stay open: {status}")
+        r = srv.openai(api_key="k-one").chat.completions.create(
+            model="alpha", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        check(r.usage.completion_tokens == 2, f"{r.usage}")
+        try:
+            srv.openai(api_key="k-wrong").models.list()
+            raise CheckFailed("a wrong key was accepted")
+        except openai.AuthenticationError:
+            pass
+        # --watch-config: the file changes, the keys go.
+        srv.write_config(base_cfg)
+        st = os.stat(srv.config_path)
+        os.utime(srv.config_path, (st.st_atime, st.st_mtime + 5))
+        deadline = time.time() + 10
+        while time.time() < deadline and curl_json(srv.base + "/v1/models")[0] != 200:
+            time.sleep(0.1)
+        check(curl_json(srv.base + "/v1/models")[0] == 200, "--watch-config did not reload the config")
+        # A broken config is refused and the running one stays.
+        srv.write_config("[model.broken]\npath = \n")
+        os.utime(srv.config_path, (st.st_atime, st.st_mtime + 10))
+        time.sleep(2.5)
+        check(curl_json(srv.base + "/v1/models")[0] == 200, "a broken config replaced the running one")
+        check("errors; the running configuration stays" in srv.log_text(), "no message about the broken config")
+    finally:
+        srv.stop(signal.SIGINT)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_ollama,
+         t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
+
+
+def main():
+    global ARGS, FIXTURES
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--switchyard", required=True)
+    ap.add_argument("--plugin-dir", required=True)
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--only", nargs="*")
+    ARGS = ap.parse_args()
+    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
+        setattr(ARGS, name, os.path.abspath(getattr(ARGS, name)))
+    FIXTURES = os.path.join(ARGS.source_dir, "tests", "fixtures", "test-engine")
+    os.makedirs(ARGS.work_dir, exist_ok=True)
+    if subprocess.run(["curl", "--version"], capture_output=True).returncode != 0:
+        print("FAIL: curl is needed by this test", file=sys.stderr)
+        return 1
+    print(f"clients: openai {openai.__version__}, ollama", flush=True)
+    failed = []
+    srv = Server("main", main_config())
+    try:
+        for t in TESTS:
+            if ARGS.only and t.__name__ not in ARGS.only and t.__name__[2:] not in ARGS.only:
+                continue
+            t0 = time.time()
+            try:
+                if t is t_shutdown_mid_stream and srv.proc.poll() is not None:
+                    raise CheckFailed("the main server is not running")
+                t(srv)
+                print(f"ok   {t.__name__[2:]} ({time.time() - t0:.1f} s)", flush=True)
+            except CheckFailed as e:
+                failed.append(t.__name__)
+                print(f"FAIL {t.__name__[2:]}: {e}", flush=True)
+            except Exception:
+                failed.append(t.__name__)
+                print(f"FAIL {t.__name__[2:]}: unexpected exception\n{traceback.format_exc()}", flush=True)
+    finally:
+        if srv.proc.poll() is None:
+            try:
+                srv.stop()
+            except CheckFailed as e:
+                failed.append("stop")
+                print(f"FAIL stop: {e}", flush=True)
+        if failed:
+            print("--- main server log (tail) ---\n" + srv.log_text()[-6000:], flush=True)
+    print(f"{len(TESTS) - len(failed)} passed, {len(failed)} failed" if not ARGS.only else f"{len(failed)} failed")
+    return min(len(failed), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
