@@ -1,0 +1,146 @@
+/* CPU kernels with runtime dispatch: a scalar reference tier plus AVX2/FMA and AVX-512 tiers chosen by cpuid.
+ *
+ * Matrix products take weights in their storage type (F32, F16, BF16, or a GGUF block-quantized type) and f32
+ * activations. Weight rows are read once per call for the whole batch, which is what makes batched prefill fast.
+ *
+ * Precision choices:
+ *  - F16/BF16 weights are widened to f32 and multiplied with f32 FMA (products are exact in f32, only the
+ *    accumulation rounds). The AVX-512 BF16 dot instruction is not used because it needs the activations rounded
+ *    to bf16, which costs ~3 significant digits on every product.
+ *  - Quantized weights are multiplied by activations quantized to 8 bits with one f32 scale per 32 elements (for
+ *    every quantized weight type, the K-quants included: finer than 256-element Q8_K scales, so at least as
+ *    accurate), with exact integer sums per 16 elements. All tiers quantize the activations with the same scalar
+ *    code, so tiers differ only by f32 rounding order.
+ *
+ * All functions are thread-safe; none allocates except sy_kernels->matmul on quantized weight types (the
+ * activation buffer; use sy_quantize_x + matmul_qx to supply it yourself). */
+#ifndef SY_KERNELS_H
+#define SY_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sy_dtype.h"
+
+/* ---- tiers and dispatch ---- */
+
+typedef enum sy_cpu_tier {
+    SY_CPU_TIER_SCALAR = 0,
+    SY_CPU_TIER_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    SY_CPU_TIER_AVX512 = 2, /* AVX-512 F/BW/VL/VNNI (Ice Lake, Zen 4 and later) */
+    SY_CPU_TIER_COUNT_
+} sy_cpu_tier;
+
+/* "scalar", "avx2", "avx512"; "unknown" for anything else. */
+const char *sy_cpu_tier_name(sy_cpu_tier tier);
+/* Parses a tier name (exact, lower case); false when it is not one. */
+bool sy_cpu_tier_from_name(const char *name, sy_cpu_tier *out);
+/* Whether this build has the tier and this CPU can run it. */
+bool sy_cpu_tier_supported(sy_cpu_tier tier);
+/* The fastest supported tier. */
+sy_cpu_tier sy_cpu_tier_supported_best(void);
+
+/* Status of the kernels that validate their arguments. */
+enum {
+    SY_KERNEL_OK = 0,
+    SY_KERNEL_EINVAL = -1, /* unsupported type, bad length/stride/range: see sy_matmul_check */
+    SY_KERNEL_ENOMEM = -2,
+};
+
+typedef struct sy_kernels {
+    sy_cpu_tier tier;
+    const char *name; /* the tier's name */
+
+    /* sum a[i]*b[i] */
+    float (*dot_f32)(const float *a, const float *b, size_t n);
+    /* y[i] += alpha * x[i] (the attention value accumulation) */
+    void (*axpy_f32)(float *y, float alpha, const float *x, size_t n);
+
+    /* Y[b*ldy + r] = dot(row r of W, X[b*ldx .. b*ldx+k)) for r in [row_begin, row_end), b in [0, n_batch).
+     * W points at row 0; row r starts at W + r*row_bytes and holds k elements of wtype (row_bytes may exceed
+     * the packed size, e.g. for padded rows). Threads split the work by disjoint row ranges.
+     * Returns SY_KERNEL_OK, SY_KERNEL_EINVAL (see sy_matmul_check) or SY_KERNEL_ENOMEM (quantized types allocate
+     * the quantized activations). */
+    int (*matmul)(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
+                  const float *X, size_t n_batch, size_t ldx, float *Y, size_t ldy);
+
+    /* The same for quantized wtype with activations already quantized by sy_quantize_x (n_batch rows of k);
+     * never allocates, so a thread pool can quantize once and share QX among threads. */
+    int (*matmul_qx)(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
+                     const void *QX, size_t n_batch, float *Y, size_t ldy);
+} sy_kernels;
+
+/* The table of a tier, or NULL when this CPU (or this build) cannot run it. */
+const sy_kernels *sy_kernels_for_tier(sy_cpu_tier tier);
+
+/* The best supported tier, unless the environment variable SY_CPU_TIER (scalar|avx2|avx512) forces one. A forced
+ * tier this CPU lacks, or an unknown value, prints one warning to stderr and gives the best supported tier. The
+ * choice is made once per process. */
+const sy_kernels *sy_kernels_active(void);
+
+/* ---- argument checks ---- */
+
+/* Whether matmul handles this weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K). */
+bool sy_matmul_supports(sy_dtype wtype);
+/* Whether the weight type is block-quantized, i.e. takes quantized activations (matmul_qx). */
+bool sy_matmul_wants_quantized_x(sy_dtype wtype);
+/* NULL when a matmul with these arguments is valid, else a message naming what is wrong. X/QX/Y are checked
+ * for NULL, strides for overflow; the caller vouches that the buffers are as large as the shapes say. */
+const char *sy_matmul_check(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
+                            size_t k, const void *X, size_t n_batch, size_t ldx, const float *Y, size_t ldy);
+
+/* ---- quantized activations ---- */
+
+/* Bytes sy_quantize_x writes for n_batch rows of k (k a multiple of 32); 0 when k is not, or on overflow. */
+size_t sy_quantize_x_bytes(size_t k, size_t n_batch);
+/* Quantizes n_batch rows of k floats (row b at X + b*ldx) to 8-bit blocks of 32 with an f32 scale each.
+ * Returns SY_KERNEL_EINVAL when k is not a multiple of 32 or a stride overflows. */
+int sy_quantize_x(const float *X, size_t n_batch, size_t ldx, size_t k, void *QX);
+
+/* ---- dequantization (scalar reference) ---- */
+
+/* Writes n elements of a row of type `type` (F32, F16, BF16, or a quantized type above, Q8_K included) to dst.
+ * src holds src_bytes bytes. Returns SY_KERNEL_EINVAL when the type is unsupported, n is not a multiple of the
+ * block size, or src_bytes is too small. */
+int sy_dequantize_row(sy_dtype type, const void *src, size_t src_bytes, float *dst, size_t n);
+
+/* ---- conversions (exact, round to nearest even; NaN stays NaN, overflow gives infinity) ---- */
+
+float sy_f16_to_f32(uint16_t h);
+uint16_t sy_f32_to_f16(float f);
+float sy_bf16_to_f32(uint16_t h);
+uint16_t sy_f32_to_bf16(float f);
+void sy_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
+void sy_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
+void sy_bf16_to_f32_row(const uint16_t *src, float *dst, size_t n);
+void sy_f32_to_bf16_row(const float *src, uint16_t *dst, size_t n);
+
+/* ---- transformer helpers (scalar; out may alias the input) ---- */
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; weight NULL means 1. */
+void sy_rmsnorm_f32(float *out, const float *x, const float *weight, size_t n, float eps);
+/* In place, numerically stable (max subtracted). n == 0 is a no-op; a row of -inf stays finite (uniform). */
+void sy_softmax_f32(float *x, size_t n);
+/* x[i] = x[i] * sigmoid(x[i]) in place. */
+void sy_silu_f32(float *x, size_t n);
+/* out[i] = silu(gate[i]) * up[i]. */
+void sy_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+
+typedef enum sy_rope_style {
+    SY_ROPE_NORM = 0, /* pairs (2i, 2i+1): GGUF llama-family layout */
+    SY_ROPE_NEOX = 1, /* pairs (i, i + rot_dims/2): Hugging Face rotate_half, GGUF qwen2/qwen3/neox */
+} sy_rope_style;
+
+#define SY_ROPE_MAX_DIMS 1024
+
+/* inv_freq[i] = base^(-2i/rot_dims) for i < rot_dims/2 (computed in double, stored as f32). */
+void sy_rope_inv_freq(float *inv_freq, size_t rot_dims, double base);
+/* Rotates the first rot_dims dimensions of each of n_heads heads (head h at x + h*head_dim) by the angles
+ * pos * inv_freq[i] (computed in f32 like the reference implementations). Dimensions past rot_dims are left
+ * alone. rot_dims 0 does nothing. Returns SY_KERNEL_EINVAL when rot_dims is odd or larger than head_dim or
+ * SY_ROPE_MAX_DIMS, or x/inv_freq is NULL with work to do. */
+int sy_rope_f32(float *x, size_t n_heads, size_t head_dim, size_t rot_dims, float pos, const float *inv_freq,
+                sy_rope_style style);
+
+#endif
