@@ -1,0 +1,660 @@
+/* The CPU transformer core: see transformer.h. The forward pass, per chunk of N tokens (rows):
+ *
+ *   x[N][n_embd] = token_embd[token]
+ *   for each layer:   x += attention(rmsnorm(x))      attention_block()
+ *                     x += ffn(rmsnorm(x))            ffn_block()
+ *   logits = output · rmsnorm(x)   (only for the rows asked for)
+ */
+#include "transformer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "threadpool.h"
+
+#define LOGIT_ROWS 32   /* logits rows computed per pass through the output matrix (bounds that scratch) */
+#define ATTN_BLOCK 128  /* positions scored at a time in the online softmax */
+#define KV_MIN_GROW 256 /* tokens a sequence's KV grows by at least */
+
+/* ---- the architecture table ---- */
+
+static const sy_tf_arch arch_table[] = {
+    /* name     rope style     qkv_bias qk_norm */
+    {"llama", SY_ROPE_NORM, false, false},
+    {"qwen2", SY_ROPE_NEOX, true, false},
+    {"qwen3", SY_ROPE_NEOX, false, true},
+};
+
+const sy_tf_arch *sy_tf_arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+        if (strcmp(arch_table[i].name, name) == 0) return &arch_table[i];
+    return NULL;
+}
+
+/* ---- model and sequences ---- */
+
+typedef struct layer {
+    /* F32 copies of the vectors; NULL when absent */
+    float *attn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *bo, *ffn_norm;
+    sy_tf_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+} layer;
+
+struct sy_tf_seq {
+    uint32_t len; /* tokens held */
+    uint32_t cap; /* tokens the buffers have room for */
+    float **k, **v; /* [n_layer] -> [cap][kv_dim] */
+    uint64_t mark;  /* decode call that last saw it (duplicate check) */
+};
+
+struct sy_tf_model {
+    sy_tf_config cfg;
+    uint32_t n_ctx;
+    size_t q_dim, kv_dim;
+    const sy_kernels *kern;
+    sy_threadpool *pool;
+
+    sy_tf_matrix token_embd, output;
+    float *output_norm;
+    float *inv_freq; /* [rope_dims/2] */
+    layer *layers;
+
+    /* scratch of one chunk (decode is serial per model) */
+    float *x, *xb, *q, *k, *v, *att, *gate, *up, *logits;
+    void *qx;
+    size_t qx_bytes;
+    uint32_t row_pos[SY_TF_MAX_BATCH];
+    sy_tf_seq *row_seq[SY_TF_MAX_BATCH];
+
+    uint64_t decode_calls;
+    _Atomic uint64_t kv_bytes;
+    _Atomic uint64_t resident_bytes;
+};
+
+static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_error(char *err, size_t err_size, const char *fmt, ...) {
+    if (err == NULL || err_size == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+static void *alloc_counted(sy_tf_model *m, size_t n_bytes) {
+    void *p = calloc(1, n_bytes ? n_bytes : 1);
+    if (p) atomic_fetch_add(&m->resident_bytes, n_bytes);
+    return p;
+}
+
+/* ---- building ---- */
+
+static bool check_matrix(const sy_tf_matrix *w, uint64_t rows, uint64_t cols, char *err, size_t err_size) {
+    const char *name = w->name ? w->name : "(unnamed matrix)";
+    if (w->data == NULL) {
+        set_error(err, err_size, "tensor %s is missing", name);
+        return false;
+    }
+    if (w->rows != rows || w->cols != cols) {
+        set_error(err, err_size, "tensor %s: shape %llu x %llu, expected %llu x %llu", name,
+                  (unsigned long long)w->rows, (unsigned long long)w->cols, (unsigned long long)rows,
+                  (unsigned long long)cols);
+        return false;
+    }
+    if (!sy_matmul_supports(w->type)) {
+        const sy_dtype_traits *t = sy_dtype_get(w->type);
+        set_error(err, err_size, "tensor %s: type %s is not supported for matrix products", name,
+                  t ? t->name : "unknown");
+        return false;
+    }
+    size_t packed = sy_dtype_row_bytes(w->type, cols);
+    if (packed == 0 || w->row_bytes < packed) {
+        set_error(err, err_size, "tensor %s: rows of %zu bytes cannot hold %llu elements", name, w->row_bytes,
+                  (unsigned long long)cols);
+        return false;
+    }
+    return true;
+}
+
+/* Copies a vector to F32. *out stays NULL when the vector is absent and optional. */
+static bool load_vector(sy_tf_model *m, const sy_tf_vector *v, uint64_t n, bool required, float **out, char *err,
+                        size_t err_size) {
+    const char *name = v->name ? v->name : "(unnamed vector)";
+    *out = NULL;
+    if (v->data == NULL) {
+        if (required) set_error(err, err_size, "tensor %s is missing", name);
+        return !required;
+    }
+    if (v->n != n) {
+        set_error(err, err_size, "tensor %s: %llu elements, expected %llu", name, (unsigned long long)v->n,
+                  (unsigned long long)n);
+        return false;
+    }
+    size_t bytes = sy_dtype_row_bytes(v->type, n);
+    float *f = alloc_counted(m, n * sizeof(float));
+    if (f == NULL) {
+        set_error(err, err_size, "out of memory for tensor %s", name);
+        return false;
+    }
+    if (bytes == 0 || sy_dequantize_row(v->type, v->data, bytes, f, n) != SY_KERNEL_OK) {
+        set_error(err, err_size, "tensor %s: type not supported for a vector", name);
+        free(f);
+        return false;
+    }
+    *out = f;
+    return true;
+}
+
+static bool check_config(const sy_tf_config *c, uint32_t n_ctx, char *err, size_t err_size) {
+    const uint32_t big = 1u << 20;
+    if (c->arch == NULL) {
+        set_error(err, err_size, "no architecture");
+        return false;
+    }
+    if (c->n_vocab == 0 || c->n_vocab > (1u << 24) || c->n_embd == 0 || c->n_embd > big || c->n_ff == 0 ||
+        c->n_ff > big || c->n_layer == 0 || c->n_layer > 4096 || c->n_head == 0 || c->n_head > 4096 ||
+        c->n_head_kv == 0 || c->n_head % c->n_head_kv != 0 || c->head_dim == 0 ||
+        c->head_dim > SY_TF_MAX_HEAD_DIM || c->head_dim % 2 != 0 || (uint64_t)c->n_head * c->head_dim > big) {
+        set_error(err, err_size,
+                  "unsupported dimensions: vocab %u, embd %u, ff %u, layers %u, heads %u/%u, head_dim %u",
+                  c->n_vocab, c->n_embd, c->n_ff, c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
+        return false;
+    }
+    if (c->rope_dims > c->head_dim || c->rope_dims % 2 != 0 || c->rope_dims > SY_ROPE_MAX_DIMS) {
+        set_error(err, err_size, "rope dimension count %u does not fit head dimension %u", c->rope_dims,
+                  c->head_dim);
+        return false;
+    }
+    if (!(c->rope_base > 0) || !(c->rope_scale > 0) || !(c->rms_eps > 0) || !isfinite(c->rope_base) ||
+        !isfinite(c->rope_scale)) {
+        set_error(err, err_size, "invalid rope base %g, rope scale %g or rms epsilon %g", c->rope_base,
+                  c->rope_scale, (double)c->rms_eps);
+        return false;
+    }
+    if (n_ctx == 0 || n_ctx > (1u << 24)) {
+        set_error(err, err_size, "context size %u out of range", n_ctx);
+        return false;
+    }
+    return true;
+}
+
+static bool load_layer(sy_tf_model *m, const sy_tf_layer_weights *w, layer *L, char *err, size_t err_size) {
+    const sy_tf_config *c = &m->cfg;
+    bool bias = c->arch->qkv_bias;
+    L->wq = w->wq;
+    L->wk = w->wk;
+    L->wv = w->wv;
+    L->wo = w->wo;
+    L->w_gate = w->w_gate;
+    L->w_up = w->w_up;
+    L->w_down = w->w_down;
+    return check_matrix(&w->wq, m->q_dim, c->n_embd, err, err_size) &&
+           check_matrix(&w->wk, m->kv_dim, c->n_embd, err, err_size) &&
+           check_matrix(&w->wv, m->kv_dim, c->n_embd, err, err_size) &&
+           check_matrix(&w->wo, c->n_embd, m->q_dim, err, err_size) &&
+           check_matrix(&w->w_gate, c->n_ff, c->n_embd, err, err_size) &&
+           check_matrix(&w->w_up, c->n_ff, c->n_embd, err, err_size) &&
+           check_matrix(&w->w_down, c->n_embd, c->n_ff, err, err_size) &&
+           load_vector(m, &w->attn_norm, c->n_embd, true, &L->attn_norm, err, err_size) &&
+           load_vector(m, &w->ffn_norm, c->n_embd, true, &L->ffn_norm, err, err_size) &&
+           load_vector(m, &w->bq, m->q_dim, bias, &L->bq, err, err_size) &&
+           load_vector(m, &w->bk, m->kv_dim, bias, &L->bk, err, err_size) &&
+           load_vector(m, &w->bv, m->kv_dim, bias, &L->bv, err, err_size) &&
+           load_vector(m, &w->bo, c->n_embd, false, &L->bo, err, err_size) &&
+           load_vector(m, &w->q_norm, c->head_dim, c->arch->qk_norm, &L->q_norm, err, err_size) &&
+           load_vector(m, &w->k_norm, c->head_dim, c->arch->qk_norm, &L->k_norm, err, err_size);
+}
+
+sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, uint32_t n_threads,
+                          char *err, size_t err_size) {
+    if (!check_config(cfg, n_ctx, err, err_size)) return NULL;
+    sy_tf_model *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        set_error(err, err_size, "out of memory");
+        return NULL;
+    }
+    m->cfg = *cfg;
+    m->n_ctx = n_ctx;
+    m->q_dim = (size_t)cfg->n_head * cfg->head_dim;
+    m->kv_dim = (size_t)cfg->n_head_kv * cfg->head_dim;
+    m->kern = sy_kernels_active();
+    m->token_embd = w->token_embd;
+    m->output = w->output;
+
+    /* The embedding table is only read row by row, so any type dequantize_row knows will do. */
+    size_t embd_row = sy_dtype_row_bytes(w->token_embd.type, cfg->n_embd);
+    if (w->token_embd.data == NULL || w->token_embd.rows != cfg->n_vocab || w->token_embd.cols != cfg->n_embd ||
+        embd_row == 0 || w->token_embd.row_bytes < embd_row) {
+        set_error(err, err_size, "tensor %s: expected %u x %u", w->token_embd.name ? w->token_embd.name : "token_embd",
+                  cfg->n_vocab, cfg->n_embd);
+        goto fail;
+    }
+    if (!check_matrix(&w->output, cfg->n_vocab, cfg->n_embd, err, err_size) ||
+        !load_vector(m, &w->output_norm, cfg->n_embd, true, &m->output_norm, err, err_size))
+        goto fail;
+
+    m->layers = alloc_counted(m, cfg->n_layer * sizeof *m->layers);
+    if (m->layers == NULL) goto oom;
+    for (uint32_t l = 0; l < cfg->n_layer; l++)
+        if (!load_layer(m, &w->layers[l], &m->layers[l], err, err_size)) goto fail;
+
+    /* RoPE inverse frequencies, with the optional per-frequency divisors (llama 3 style scaling). */
+    size_t n_freq = cfg->rope_dims / 2;
+    m->inv_freq = alloc_counted(m, (n_freq ? n_freq : 1) * sizeof(float));
+    if (m->inv_freq == NULL) goto oom;
+    sy_rope_inv_freq(m->inv_freq, cfg->rope_dims, cfg->rope_base);
+    if (w->rope_freq_factors.data != NULL) {
+        float *factors;
+        if (!load_vector(m, &w->rope_freq_factors, n_freq, true, &factors, err, err_size)) goto fail;
+        for (size_t i = 0; i < n_freq; i++) m->inv_freq[i] /= factors[i];
+        free(factors);
+        atomic_fetch_sub(&m->resident_bytes, n_freq * sizeof(float));
+    }
+
+    size_t N = SY_TF_MAX_BATCH;
+    size_t widest = cfg->n_embd > m->q_dim ? cfg->n_embd : m->q_dim;
+    if (cfg->n_ff > widest) widest = cfg->n_ff;
+    m->qx_bytes = sy_quantize_x_bytes((widest + 31) / 32 * 32, N);
+    m->x = alloc_counted(m, N * cfg->n_embd * sizeof(float));
+    m->xb = alloc_counted(m, N * cfg->n_embd * sizeof(float));
+    m->q = alloc_counted(m, N * m->q_dim * sizeof(float));
+    m->att = alloc_counted(m, N * m->q_dim * sizeof(float));
+    m->k = alloc_counted(m, N * m->kv_dim * sizeof(float));
+    m->v = alloc_counted(m, N * m->kv_dim * sizeof(float));
+    m->gate = alloc_counted(m, N * cfg->n_ff * sizeof(float));
+    m->up = alloc_counted(m, N * cfg->n_ff * sizeof(float));
+    m->logits = alloc_counted(m, (size_t)LOGIT_ROWS * cfg->n_vocab * sizeof(float));
+    m->qx = alloc_counted(m, m->qx_bytes);
+    if (!m->x || !m->xb || !m->q || !m->att || !m->k || !m->v || !m->gate || !m->up || !m->logits || !m->qx)
+        goto oom;
+
+    m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
+    if (m->pool == NULL) goto oom;
+    return m;
+
+oom:
+    set_error(err, err_size, "out of memory building the model");
+fail:
+    sy_tf_destroy(m);
+    return NULL;
+}
+
+void sy_tf_destroy(sy_tf_model *m) {
+    if (m == NULL) return;
+    sy_threadpool_destroy(m->pool);
+    if (m->layers) {
+        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+            layer *L = &m->layers[l];
+            free(L->attn_norm), free(L->bq), free(L->bk), free(L->bv);
+            free(L->q_norm), free(L->k_norm), free(L->bo), free(L->ffn_norm);
+        }
+    }
+    free(m->layers);
+    free(m->output_norm);
+    free(m->inv_freq);
+    free(m->x), free(m->xb), free(m->q), free(m->att), free(m->k), free(m->v);
+    free(m->gate), free(m->up), free(m->logits), free(m->qx);
+    free(m);
+}
+
+const sy_tf_config *sy_tf_model_config(const sy_tf_model *m) { return &m->cfg; }
+uint32_t sy_tf_n_ctx(const sy_tf_model *m) { return m->n_ctx; }
+
+void sy_tf_memory(const sy_tf_model *m, sy_tf_memory_info *out) {
+    out->kv_bytes = atomic_load(&((sy_tf_model *)m)->kv_bytes);
+    out->resident_bytes = atomic_load(&((sy_tf_model *)m)->resident_bytes);
+}
+
+/* ---- sequences ---- */
+
+static size_t seq_layer_bytes(const sy_tf_model *m, uint32_t cap) { return (size_t)cap * m->kv_dim * sizeof(float); }
+
+sy_tf_seq *sy_tf_seq_create(sy_tf_model *m) {
+    sy_tf_seq *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->k = calloc(m->cfg.n_layer, sizeof *s->k);
+    s->v = calloc(m->cfg.n_layer, sizeof *s->v);
+    if (s->k == NULL || s->v == NULL) {
+        free(s->k);
+        free(s->v);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s) {
+    if (s == NULL) return;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        free(s->k[l]);
+        free(s->v[l]);
+    }
+    uint64_t bytes = 2ull * m->cfg.n_layer * seq_layer_bytes(m, s->cap);
+    atomic_fetch_sub(&m->kv_bytes, bytes);
+    atomic_fetch_sub(&m->resident_bytes, bytes);
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+uint32_t sy_tf_seq_length(const sy_tf_seq *s) { return s->len; }
+
+/* Makes room for `need` tokens; the content stays. false when out of memory (nothing lost). */
+static bool seq_reserve(sy_tf_model *m, sy_tf_seq *s, uint32_t need) {
+    if (need <= s->cap) return true;
+    uint64_t cap = (uint64_t)s->cap * 2;
+    if (cap < (uint64_t)s->cap + KV_MIN_GROW) cap = (uint64_t)s->cap + KV_MIN_GROW;
+    if (cap < need) cap = need;
+    if (cap > m->n_ctx) cap = m->n_ctx;
+    size_t bytes = seq_layer_bytes(m, (uint32_t)cap);
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        /* Each layer grows on its own; a failure midway leaves larger buffers than cap says, which is harmless
+         * (the next reserve reallocates them again). */
+        float *k = realloc(s->k[l], bytes);
+        if (k == NULL) return false;
+        s->k[l] = k;
+        float *v = realloc(s->v[l], bytes);
+        if (v == NULL) return false;
+        s->v[l] = v;
+    }
+    uint64_t grown = 2ull * m->cfg.n_layer * (bytes - seq_layer_bytes(m, s->cap));
+    atomic_fetch_add(&m->kv_bytes, grown);
+    atomic_fetch_add(&m->resident_bytes, grown);
+    s->cap = (uint32_t)cap;
+    return true;
+}
+
+sy_status sy_tf_seq_truncate(sy_tf_model *m, sy_tf_seq *s, uint32_t n) {
+    (void)m;
+    if (n > s->len) return SY_ERR_INVALID_ARGUMENT;
+    s->len = n;
+    return SY_OK;
+}
+
+sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf_seq **out) {
+    if (n > src->len) return SY_ERR_INVALID_ARGUMENT;
+    sy_tf_seq *s = sy_tf_seq_create(m);
+    if (s == NULL || !seq_reserve(m, s, n)) {
+        sy_tf_seq_free(m, s);
+        return SY_ERR_OUT_OF_MEMORY;
+    }
+    size_t bytes = (size_t)n * m->kv_dim * sizeof(float);
+    for (uint32_t l = 0; l < m->cfg.n_layer && bytes > 0; l++) {
+        memcpy(s->k[l], src->k[l], bytes);
+        memcpy(s->v[l], src->v[l], bytes);
+    }
+    s->len = n;
+    *out = s;
+    return SY_OK;
+}
+
+/* ---- threaded matrix products ---- */
+
+typedef struct matmul_job {
+    const sy_kernels *kern;
+    const sy_tf_matrix *w;
+    const float *x;   /* [n][cols] */
+    const void *qx;   /* quantized x, for block-quantized weights */
+    size_t n;
+    float *y;         /* [n][rows] */
+    size_t n_tasks;   /* the rows are cut into this many ranges */
+    _Atomic int failed;
+} matmul_job;
+
+static void matmul_task(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    matmul_job *j = arg;
+    const sy_tf_matrix *w = j->w;
+    size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
+    if (begin == end) return;
+    int r = j->qx ? j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y,
+                                       w->rows)
+                  : j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x, j->n, w->cols, j->y,
+                                    w->rows);
+    if (r != SY_KERNEL_OK) atomic_store(&j->failed, 1);
+}
+
+/* y[n][w.rows] = x[n][w.cols] · wᵀ, rows split among the threads (a few ranges per thread, so uneven progress
+ * balances out; at least 16 rows per range). */
+static bool matmul(sy_tf_model *m, const sy_tf_matrix *w, const float *x, size_t n, float *y) {
+    size_t n_tasks = sy_threadpool_size(m->pool) * 4;
+    if (n_tasks > w->rows / 16) n_tasks = w->rows / 16;
+    if (n_tasks == 0) n_tasks = 1;
+    matmul_job j = {m->kern, w, x, NULL, n, y, n_tasks, 0};
+    if (sy_matmul_wants_quantized_x(w->type)) {
+        if (sy_quantize_x(x, n, w->cols, w->cols, m->qx) != SY_KERNEL_OK) return false;
+        j.qx = m->qx;
+    }
+    sy_threadpool_parallel_for(m->pool, n_tasks, matmul_task, &j);
+    return atomic_load(&j.failed) == 0;
+}
+
+/* ---- the layers ---- */
+
+static void add_bias(float *y, const float *b, size_t n_rows, size_t dim) {
+    if (b == NULL) return;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t i = 0; i < dim; i++) y[r * dim + i] += b[i];
+}
+
+typedef struct attn_job {
+    sy_tf_model *m;
+    uint32_t layer;
+} attn_job;
+
+/* One (row, head) of causal attention over the row's sequence, positions 0..pos, with a blockwise online
+ * softmax so no buffer of n_ctx scores is needed:  att = Σ_p softmax(q·k_p / √d)_p v_p */
+static void attention_head(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const attn_job *j = arg;
+    sy_tf_model *m = j->m;
+    const sy_tf_config *c = &m->cfg;
+    const size_t hd = c->head_dim, group = c->n_head / c->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    size_t r = task / c->n_head, h = task % c->n_head;
+    const float *q = m->q + r * m->q_dim + h * hd;
+    float *out = m->att + r * m->q_dim + h * hd;
+    const float *K = m->row_seq[r]->k[j->layer] + (h / group) * hd; /* position p at K + p*kv_dim */
+    const float *V = m->row_seq[r]->v[j->layer] + (h / group) * hd;
+    size_t n_pos = (size_t)m->row_pos[r] + 1;
+    float run_max = -INFINITY, run_sum = 0.0f, s[ATTN_BLOCK];
+    memset(out, 0, hd * sizeof *out);
+    for (size_t p0 = 0; p0 < n_pos; p0 += ATTN_BLOCK) {
+        size_t nb = n_pos - p0 < ATTN_BLOCK ? n_pos - p0 : ATTN_BLOCK;
+        float block_max = -INFINITY;
+        for (size_t i = 0; i < nb; i++) {
+            s[i] = m->kern->dot_f32(q, K + (p0 + i) * m->kv_dim, hd) * scale;
+            if (s[i] > block_max) block_max = s[i];
+        }
+        if (block_max > run_max) { /* rescale what was summed under the old maximum */
+            float shrink = expf(run_max - block_max);
+            run_sum *= shrink;
+            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
+            run_max = block_max;
+        }
+        for (size_t i = 0; i < nb; i++) {
+            float e = expf(s[i] - run_max);
+            run_sum += e;
+            m->kern->axpy_f32(out, e, V + (p0 + i) * m->kv_dim, hd);
+        }
+    }
+    float inv = 1.0f / run_sum;
+    for (size_t i = 0; i < hd; i++) out[i] *= inv;
+}
+
+/* x += Wo · attention(rope(Wq·xn), rope(Wk·xn), Wv·xn),  xn = rmsnorm(x)        x: [N][n_embd] */
+static bool attention_block(sy_tf_model *m, uint32_t l, size_t N) {
+    const sy_tf_config *c = &m->cfg;
+    const layer *L = &m->layers[l];
+    for (size_t r = 0; r < N; r++)
+        sy_rmsnorm_f32(m->xb + r * c->n_embd, m->x + r * c->n_embd, L->attn_norm, c->n_embd, c->rms_eps);
+
+    /* q: [N][n_head*hd]   k, v: [N][n_head_kv*hd] */
+    if (!matmul(m, &L->wq, m->xb, N, m->q) || !matmul(m, &L->wk, m->xb, N, m->k) ||
+        !matmul(m, &L->wv, m->xb, N, m->v))
+        return false;
+    add_bias(m->q, L->bq, N, m->q_dim);
+    add_bias(m->k, L->bk, N, m->kv_dim);
+    add_bias(m->v, L->bv, N, m->kv_dim);
+
+    for (size_t r = 0; r < N; r++) {
+        float *q = m->q + r * m->q_dim, *k = m->k + r * m->kv_dim;
+        if (L->q_norm) /* qwen3: each head normalized on its own */
+            for (size_t h = 0; h < c->n_head; h++)
+                sy_rmsnorm_f32(q + h * c->head_dim, q + h * c->head_dim, L->q_norm, c->head_dim, c->rms_eps);
+        if (L->k_norm)
+            for (size_t h = 0; h < c->n_head_kv; h++)
+                sy_rmsnorm_f32(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
+        float pos = (float)((double)m->row_pos[r] / c->rope_scale);
+        sy_rope_f32(q, c->n_head, c->head_dim, c->rope_dims, pos, m->inv_freq, c->arch->rope_style);
+        sy_rope_f32(k, c->n_head_kv, c->head_dim, c->rope_dims, pos, m->inv_freq, c->arch->rope_style);
+        /* into the sequence's cache at the row's position (committed only when the whole decode succeeds) */
+        sy_tf_seq *s = m->row_seq[r];
+        memcpy(s->k[l] + (size_t)m->row_pos[r] * m->kv_dim, k, m->kv_dim * sizeof(float));
+        memcpy(s->v[l] + (size_t)m->row_pos[r] * m->kv_dim, m->v + r * m->kv_dim, m->kv_dim * sizeof(float));
+    }
+
+    attn_job j = {m, l};
+    sy_threadpool_parallel_for(m->pool, N * c->n_head, attention_head, &j);
+
+    /* x += Wo · att */
+    if (!matmul(m, &L->wo, m->att, N, m->xb)) return false;
+    add_bias(m->xb, L->bo, N, c->n_embd);
+    for (size_t i = 0; i < N * c->n_embd; i++) m->x[i] += m->xb[i];
+    return true;
+}
+
+/* x += W_down · (silu(W_gate · xn) * (W_up · xn)),  xn = rmsnorm(x)       gate, up: [N][n_ff] */
+static bool ffn_block(sy_tf_model *m, uint32_t l, size_t N) {
+    const sy_tf_config *c = &m->cfg;
+    const layer *L = &m->layers[l];
+    for (size_t r = 0; r < N; r++)
+        sy_rmsnorm_f32(m->xb + r * c->n_embd, m->x + r * c->n_embd, L->ffn_norm, c->n_embd, c->rms_eps);
+    if (!matmul(m, &L->w_gate, m->xb, N, m->gate) || !matmul(m, &L->w_up, m->xb, N, m->up)) return false;
+    sy_swiglu_f32(m->gate, m->gate, m->up, N * c->n_ff);
+    if (!matmul(m, &L->w_down, m->gate, N, m->xb)) return false;
+    for (size_t i = 0; i < N * c->n_embd; i++) m->x[i] += m->xb[i];
+    return true;
+}
+
+/* ---- decode ---- */
+
+/* Where the logits of a chunk row go: NULL when that row wants none. */
+typedef struct row_out {
+    float *logits;
+} row_out;
+
+static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_out *outs, size_t N,
+                               sy_tf_cancel_fn cancel, void *cancel_ctx, char *err, size_t err_size) {
+    const sy_tf_config *c = &m->cfg;
+    for (size_t r = 0; r < N; r++) {
+        const sy_tf_matrix *e = &m->token_embd;
+        const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[r] * e->row_bytes;
+        if (sy_dequantize_row(e->type, row, e->row_bytes, m->x + r * c->n_embd, c->n_embd) != SY_KERNEL_OK) {
+            set_error(err, err_size, "tensor %s: cannot read embedding rows of this type", e->name);
+            return SY_ERR_UNSUPPORTED;
+        }
+    }
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        if (cancel && cancel(cancel_ctx)) {
+            set_error(err, err_size, "cancelled");
+            return SY_ERR_CANCELLED;
+        }
+        if (!attention_block(m, l, N) || !ffn_block(m, l, N)) {
+            set_error(err, err_size, "layer %u: a matrix product failed", l);
+            return SY_ERR_INTERNAL;
+        }
+    }
+    /* logits = output · rmsnorm(x), for the rows asked for, LOGIT_ROWS at a time */
+    size_t sel[LOGIT_ROWS], n_sel = 0;
+    for (size_t r = 0; r <= N; r++) {
+        if (r < N && outs[r].logits) {
+            sy_rmsnorm_f32(m->xb + n_sel * c->n_embd, m->x + r * c->n_embd, m->output_norm, c->n_embd,
+                           c->rms_eps);
+            sel[n_sel++] = r;
+        }
+        if (n_sel == LOGIT_ROWS || (r == N && n_sel > 0)) {
+            if (!matmul(m, &m->output, m->xb, n_sel, m->logits)) {
+                set_error(err, err_size, "output: a matrix product failed");
+                return SY_ERR_INTERNAL;
+            }
+            for (size_t i = 0; i < n_sel; i++)
+                memcpy(outs[sel[i]].logits, m->logits + i * c->n_vocab, c->n_vocab * sizeof(float));
+            n_sel = 0;
+        }
+    }
+    return SY_OK;
+}
+
+static sy_status validate_batch(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_items, char *err,
+                                size_t err_size) {
+    uint64_t mark = ++m->decode_calls;
+    for (size_t i = 0; i < n_items; i++) {
+        const sy_tf_batch_item *it = &items[i];
+        if (it->seq == NULL || (it->n_tokens > 0 && it->tokens == NULL) || it->n_logits > it->n_tokens ||
+            (it->n_logits > 0 && it->logits == NULL)) {
+            set_error(err, err_size, "item %zu: missing sequence, tokens or logits buffer, or n_logits > n_tokens",
+                      i);
+            return SY_ERR_INVALID_ARGUMENT;
+        }
+        if (it->seq->mark == mark) {
+            set_error(err, err_size, "item %zu: the sequence appears twice in the batch", i);
+            return SY_ERR_INVALID_ARGUMENT;
+        }
+        it->seq->mark = mark;
+        if ((uint64_t)it->seq->len + it->n_tokens > m->n_ctx) {
+            set_error(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", i, it->seq->len,
+                      it->n_tokens, m->n_ctx);
+            return SY_ERR_CONTEXT_FULL;
+        }
+        for (uint32_t t = 0; t < it->n_tokens; t++) {
+            if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab) {
+                set_error(err, err_size, "item %zu: token id %d out of range (vocabulary %u)", i, it->tokens[t],
+                          m->cfg.n_vocab);
+                return SY_ERR_INVALID_ARGUMENT;
+            }
+        }
+    }
+    return SY_OK;
+}
+
+sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_items, sy_tf_cancel_fn cancel,
+                       void *cancel_ctx, char *err, size_t err_size) {
+    sy_status st = validate_batch(m, items, n_items, err, err_size);
+    if (st != SY_OK) return st;
+    for (size_t i = 0; i < n_items; i++) {
+        if (!seq_reserve(m, items[i].seq, items[i].seq->len + items[i].n_tokens)) {
+            set_error(err, err_size, "out of memory for the KV cache of item %zu", i);
+            return SY_ERR_OUT_OF_MEMORY;
+        }
+    }
+
+    /* All tokens of all items, in order, cut into chunks of SY_TF_MAX_BATCH rows. A row's K/V go to its
+     * sequence at len + index, beyond the committed length until every chunk has run. */
+    int32_t tokens[SY_TF_MAX_BATCH];
+    row_out outs[SY_TF_MAX_BATCH];
+    size_t N = 0;
+    for (size_t i = 0; i < n_items; i++) {
+        const sy_tf_batch_item *it = &items[i];
+        for (uint32_t t = 0; t < it->n_tokens; t++) {
+            uint32_t first_logit = it->n_tokens - it->n_logits;
+            tokens[N] = it->tokens[t];
+            m->row_seq[N] = it->seq;
+            m->row_pos[N] = it->seq->len + t;
+            outs[N].logits = t >= first_logit ? it->logits + (size_t)(t - first_logit) * m->cfg.n_vocab : NULL;
+            if (++N == SY_TF_MAX_BATCH) {
+                st = forward_chunk(m, tokens, outs, N, cancel, cancel_ctx, err, err_size);
+                if (st != SY_OK) return st;
+                N = 0;
+            }
+        }
+    }
+    if (N > 0) {
+        st = forward_chunk(m, tokens, outs, N, cancel, cancel_ctx, err, err_size);
+        if (st != SY_OK) return st;
+    }
+    for (size_t i = 0; i < n_items; i++) items[i].seq->len += items[i].n_tokens;
+    return SY_OK;
+}

@@ -1,0 +1,145 @@
+/* The CPU transformer core: a decoder-only transformer (Llama family) over weights that stay where the caller
+ * mapped them, in their storage type. Read transformer.c top to bottom for the forward pass.
+ *
+ * Architectures are rows of a table (sy_tf_arch), not forks of the code: what differs between llama, qwen2 and
+ * qwen3 is the RoPE pairing, biases on the q/k/v projections, and an RMSNorm over each q/k head.
+ *
+ * Shapes (ggml convention, as GGUF stores them): a matrix of `rows` x `cols` has `rows` rows of `cols`
+ * elements; a projection y = W x takes x of `cols` and gives y of `rows`.
+ *
+ * Sequences hold their tokens' K and V in RAM as F32, one buffer per layer, grown as they fill up to n_ctx.
+ * sy_tf_decode runs any number of sequences at once; all tokens of a call pass through each matrix together, so a
+ * weight row is read once per chunk of up to SY_TF_MAX_BATCH tokens.
+ *
+ * Threading: one model may be used by one caller at a time for create/free/truncate/fork/decode (the engine ABI's
+ * "serial" calls); sy_tf_memory() may be called from any thread at any time. Inside decode the model uses its
+ * own worker threads.
+ */
+#ifndef SY_TRANSFORMER_H
+#define SY_TRANSFORMER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <switchyard/abi.h>
+
+#include "sy_dtype.h"
+#include "sy_kernels.h"
+
+#define SY_TF_MAX_BATCH 256    /* tokens per pass through the weights (bounds the scratch memory) */
+#define SY_TF_MAX_HEAD_DIM 512
+
+/* What distinguishes one architecture's forward pass from another's. */
+typedef struct sy_tf_arch {
+    const char *name;         /* "llama", "qwen2", "qwen3" (GGUF general.architecture) */
+    sy_rope_style rope_style; /* llama: pairs (2i, 2i+1); qwen: pairs (i, i + d/2) */
+    bool qkv_bias;            /* qwen2: q, k and v projections have a bias */
+    bool qk_norm;             /* qwen3: RMSNorm over each head of q and k, before RoPE */
+} sy_tf_arch;
+
+/* The architecture of that name, or NULL when this core does not run it. */
+const sy_tf_arch *sy_tf_arch_find(const char *name);
+
+typedef struct sy_tf_config {
+    const sy_tf_arch *arch;
+    uint32_t n_vocab;
+    uint32_t n_embd;    /* model width */
+    uint32_t n_ff;      /* feed-forward width */
+    uint32_t n_layer;
+    uint32_t n_head;    /* query heads */
+    uint32_t n_head_kv; /* key/value heads (GQA: divides n_head) */
+    uint32_t head_dim;  /* per head, of q, k and v */
+    uint32_t rope_dims; /* leading dimensions of each head that RoPE rotates (even, <= head_dim) */
+    double rope_base;   /* theta, e.g. 10000 */
+    double rope_scale;  /* linear position scaling: positions are divided by it (1 = none) */
+    float rms_eps;
+} sy_tf_config;
+
+/* A weight matrix of rows x cols in place: row r starts at data + r * row_bytes. */
+typedef struct sy_tf_matrix {
+    const char *name; /* for messages, e.g. "blk.3.attn_q.weight" */
+    const void *data;
+    sy_dtype type;
+    uint64_t rows, cols;
+    size_t row_bytes;
+} sy_tf_matrix;
+
+/* A weight vector (norm weight, bias) in place; copied to F32 by sy_tf_create (they are tiny, and F32 keeps the
+ * per-token loops simple). data NULL means absent. */
+typedef struct sy_tf_vector {
+    const char *name;
+    const void *data;
+    sy_dtype type;
+    uint64_t n;
+} sy_tf_vector;
+
+typedef struct sy_tf_layer_weights {
+    sy_tf_vector attn_norm;            /* [n_embd] */
+    sy_tf_matrix wq, wk, wv;           /* [n_head*head_dim | n_head_kv*head_dim] x n_embd */
+    sy_tf_vector bq, bk, bv;           /* biases, required by qkv_bias architectures, optional elsewhere */
+    sy_tf_vector q_norm, k_norm;       /* [head_dim], qk_norm architectures */
+    sy_tf_matrix wo;                   /* n_embd x n_head*head_dim */
+    sy_tf_vector bo;                   /* optional [n_embd] */
+    sy_tf_vector ffn_norm;             /* [n_embd] */
+    sy_tf_matrix w_gate, w_up;         /* n_ff x n_embd */
+    sy_tf_matrix w_down;               /* n_embd x n_ff */
+} sy_tf_layer_weights;
+
+typedef struct sy_tf_weights {
+    sy_tf_matrix token_embd;   /* n_vocab x n_embd (rows are looked up) */
+    sy_tf_vector output_norm;  /* [n_embd] */
+    sy_tf_matrix output;       /* n_vocab x n_embd (the caller passes token_embd again when tied) */
+    sy_tf_vector rope_freq_factors; /* optional [rope_dims/2]: inverse frequencies are divided by these */
+    const sy_tf_layer_weights *layers; /* [n_layer] */
+} sy_tf_weights;
+
+typedef struct sy_tf_model sy_tf_model;
+typedef struct sy_tf_seq sy_tf_seq;
+
+/* Checks every shape and type against the config and builds the model. Weights are referenced, not copied
+ * (vectors excepted); they must outlive the model. n_ctx: the most tokens one sequence may hold. n_threads >= 1.
+ * NULL + one line in err on failure (naming the tensor). */
+sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, uint32_t n_threads,
+                          char *err, size_t err_size);
+void sy_tf_destroy(sy_tf_model *m);
+
+const sy_tf_config *sy_tf_model_config(const sy_tf_model *m);
+uint32_t sy_tf_n_ctx(const sy_tf_model *m);
+
+/* Sequences. NULL on allocation failure. */
+sy_tf_seq *sy_tf_seq_create(sy_tf_model *m);
+void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s);
+uint32_t sy_tf_seq_length(const sy_tf_seq *s);
+/* Keep the first n tokens; SY_ERR_INVALID_ARGUMENT when n > length. */
+sy_status sy_tf_seq_truncate(sy_tf_model *m, sy_tf_seq *s, uint32_t n);
+/* A new sequence with a copy of the first n tokens of src. */
+sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf_seq **out);
+
+/* One sequence's part of a decode: tokens appended at its end; logits (n_logits rows of n_vocab) for the last
+ * n_logits of them. */
+typedef struct sy_tf_batch_item {
+    sy_tf_seq *seq;
+    const int32_t *tokens;
+    uint32_t n_tokens;
+    uint32_t n_logits;
+    float *logits;
+} sy_tf_batch_item;
+
+/* Returns nonzero when the caller wants the decode to stop (checked between layers). */
+typedef int (*sy_tf_cancel_fn)(void *ctx);
+
+/* Runs the items (each sequence at most once). On failure no sequence has changed: SY_ERR_INVALID_ARGUMENT
+ * (bad token id, duplicate sequence, n_logits > n_tokens), SY_ERR_CONTEXT_FULL, SY_ERR_OUT_OF_MEMORY,
+ * SY_ERR_CANCELLED; err says which. */
+sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_items, sy_tf_cancel_fn cancel,
+                       void *cancel_ctx, char *err, size_t err_size);
+
+/* Bytes held now: KV of all sequences, and everything else allocated (KV included). any-thread. */
+typedef struct sy_tf_memory_info {
+    uint64_t kv_bytes;
+    uint64_t resident_bytes;
+} sy_tf_memory_info;
+void sy_tf_memory(const sy_tf_model *m, sy_tf_memory_info *out);
+
+#endif
