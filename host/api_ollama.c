@@ -28,7 +28,7 @@ static void rfc3339(char *out, size_t size, time_t sec, long nsec) {
     }
     char base[32];
     strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (nsec > 0) snprintf(out, size, "%s.%09ldZ", base, nsec);
+    if (nsec > 0 && nsec < 1000000000L) snprintf(out, size, "%s.%09dZ", base, (int)nsec);
     else snprintf(out, size, "%sZ", base);
 }
 
