@@ -18,6 +18,16 @@
  *     token types, and a pre-tokenizer named by tokenizer.ggml.pre: see sy_bpe_builder_use_preset()).
  *     The tokenizer.json loader is a thin layer over the builder.
  *
+ * Where it can differ from tokenizers (the oracle fixture leaves out the one random string of its corpus that
+ * hits the first point, and compares decoded text after U+FFFD replacement for the last):
+ *   - normalization uses utf8proc's Unicode tables; tokenizers' are older, so a combining mark newer than its
+ *     tables, placed out of canonical order, is reordered here and not there;
+ *   - regexes run on PCRE2: \s, \p{L} and \p{N} are rewritten to the Oniguruma/Unicode 16 sets tokenizers uses,
+ *     other Unicode properties follow PCRE2's tables;
+ *   - text must be valid UTF-8 (tokenizers only takes Rust strings); invalid input is refused, not replaced;
+ *   - token bytes follow tokenizers' ByteLevel decoder, which also maps an added token whose characters all lie
+ *     in the byte-level alphabet: "café" as an added token gives "caf\xE9" (tokenizers then shows U+FFFD).
+ *
  * Errors: every fallible call takes `char *err, size_t err_size` and on failure writes one line naming what is
  * wrong (err may be NULL or err_size 0 when the caller does not want it).
  *

@@ -148,6 +148,7 @@ typedef struct shared {
     char *json; /* the Qwen3 tokenizer.json text */
     size_t json_len;
     sy_bpe *tok;
+    cJSON *root;  /* the same, parsed with cJSON (variants are made from it) */
     cJSON *cases; /* the fixture document */
 } shared;
 
@@ -174,13 +175,15 @@ static int setup_all(void **state) {
         return -1;
     g.cases = cJSON_ParseWithLength(doc, n);
     free(doc);
-    return g.cases != NULL ? 0 : -1;
+    g.root = cJSON_ParseWithLength(g.json, g.json_len);
+    return g.cases != NULL && g.root != NULL ? 0 : -1;
 }
 
 static int teardown_all(void **state) {
     (void)state;
     sy_bpe_free(g.tok);
     cJSON_Delete(g.cases);
+    cJSON_Delete(g.root);
     free(g.json);
     return 0;
 }
@@ -190,23 +193,41 @@ static const cJSON *variant(int index) {
     return cJSON_GetArrayItem(vs, index);
 }
 
-/* Builds a variant's tokenizer.json the way the oracle script did: top-level keys replaced, model keys set. */
+/* Swaps key in obj for a copy of value, returning what was there (NULL if nothing) so it can be put back. */
+static cJSON *swap_in(cJSON *obj, const char *key, const cJSON *value) {
+    cJSON *orig = cJSON_DetachItemFromObjectCaseSensitive(obj, key);
+    cJSON_AddItemToObject(obj, key, cJSON_Duplicate(value, 1));
+    return orig;
+}
+
+static void swap_back(cJSON *obj, const char *key, cJSON *orig) {
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+    if (orig != NULL)
+        cJSON_AddItemToObject(obj, key, orig);
+}
+
+/* Builds a variant's tokenizer.json the way the oracle script did: top-level keys replaced, model keys set. The
+ * parsed original (g.root) is patched in place and restored afterwards. */
 static sy_bpe *load_variant(const cJSON *v) {
-    cJSON *root = cJSON_ParseWithLength(g.json, g.json_len);
-    assert_non_null(root);
+    enum { MAX_KEYS = 16 };
+    cJSON *saved_top[MAX_KEYS], *saved_model[MAX_KEYS];
     const cJSON *replace = cJSON_GetObjectItemCaseSensitive(v, "replace");
-    for (const cJSON *it = replace->child; it != NULL; it = it->next) {
-        cJSON_DeleteItemFromObjectCaseSensitive(root, it->string);
-        cJSON_AddItemToObject(root, it->string, cJSON_Duplicate(it, 1));
-    }
-    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *patch = cJSON_GetObjectItemCaseSensitive(v, "model_patch");
-    for (const cJSON *it = patch->child; it != NULL; it = it->next) {
-        cJSON_DeleteItemFromObjectCaseSensitive(model, it->string);
-        cJSON_AddItemToObject(model, it->string, cJSON_Duplicate(it, 1));
-    }
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(g.root, "model");
+    assert_true(cJSON_GetArraySize(replace) <= MAX_KEYS && cJSON_GetArraySize(patch) <= MAX_KEYS);
+    int n = 0;
+    for (const cJSON *it = replace->child; it != NULL; it = it->next)
+        saved_top[n++] = swap_in(g.root, it->string, it);
+    n = 0;
+    for (const cJSON *it = patch->child; it != NULL; it = it->next)
+        saved_model[n++] = swap_in(model, it->string, it);
+    char *text = cJSON_PrintUnformatted(g.root);
+    n = 0;
+    for (const cJSON *it = patch->child; it != NULL; it = it->next)
+        swap_back(model, it->string, saved_model[n++]);
+    n = 0;
+    for (const cJSON *it = replace->child; it != NULL; it = it->next)
+        swap_back(g.root, it->string, saved_top[n++]);
     assert_non_null(text);
     char err[512];
     sy_bpe *t = sy_bpe_load_json_buffer(text, strlen(text), err, sizeof err);
@@ -507,6 +528,7 @@ static void test_invalid_utf8_refused(void **state) {
 static void test_long_inputs(void **state) {
     (void)state;
     const char *units[] = {" ", "a", "7", "\n", "!", "\xe6\x97\xa5", "ab ", "\xf0\x9f\x98\x80", " \t"};
+    const char *names[] = {"space", "a", "7", "newline", "!", "CJK", "ab+space", "emoji", "space+tab"};
     for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
         size_t ul = strlen(units[u]);
         size_t reps = (256 * 1024) / ul;
@@ -525,8 +547,7 @@ static void test_long_inputs(void **state) {
         assert_true(sy_bpe_decode(g.tok, ids.ids, ids.n, false, &out, &out_len, &out_cap, err, sizeof err));
         assert_int_equal(out_len, reps * ul);
         assert_memory_equal(out, text, out_len);
-        fprintf(stderr, "[ info ] 256 KiB of \"%s\"-like text: %zu tokens in %.1f ms\n", u < 5 ? units[u] : "*",
-                ids.n, t1 - t0);
+        fprintf(stderr, "[ info ] 256 KiB of %s: %zu tokens in %.1f ms\n", names[u], ids.n, t1 - t0);
         free(out);
         free(text);
         sy_bpe_ids_free(&ids);
@@ -588,6 +609,41 @@ static void test_mini_tokenizer(void **state) {
     const int32_t without[] = {2};
     expect_ids(t, "ab", 0, without, 1);
     sy_bpe_free(t);
+}
+
+/* Unknown bytes: the unknown token (fused or not) and "<0xXX>" byte fallback; expectations from tokenizers. */
+static void test_unknown_and_byte_fallback(void **state) {
+    (void)state;
+#define UNK_VOCAB "{\"a\":0,\"b\":1,\"ab\":2,\"\xc4\xa0\":3,\"\xc4\xa0" "ab\":4,\"c\":5,\"<unk>\":6,\"<0x64>\":7," \
+                  "\"<0xC4>\":8,\"<0xA0>\":9}"
+    static const char *const options[] = {
+        "\"unk_token\":\"<unk>\"",
+        "\"unk_token\":\"<unk>\",\"fuse_unk\":true",
+        "\"byte_fallback\":true",
+        "\"byte_fallback\":true,\"unk_token\":\"<unk>\"",
+    };
+    static const char *const texts[] = {"adddb", "xyz a", "dd"};
+    static const int32_t want[4][3][5] = {
+        {{0, 6, 6, 6, 1}, {6, 6, 6, 3, 0}, {6, 6}},
+        {{0, 6, 1}, {6, 3, 0}, {6}},
+        {{0, 7, 7, 7, 1}, {3, 0}, {7, 7}},
+        {{0, 7, 7, 7, 1}, {6, 6, 6, 3, 0}, {7, 7}},
+    };
+    static const size_t n_want[4][3] = {{5, 5, 2}, {3, 3, 1}, {5, 2, 2}, {5, 5, 2}};
+    for (size_t o = 0; o < 4; o++) {
+        char json[2048], err[512];
+        snprintf(json, sizeof json,
+                 "{\"pre_tokenizer\":" MINI_PRE ",\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+                 "%s,\"vocab\":" UNK_VOCAB ",\"merges\":[\"a b\",\"\xc4\xa0 ab\"]}}",
+                 options[o]);
+        sy_bpe *t = sy_bpe_load_json_buffer(json, strlen(json), err, sizeof err);
+        if (t == NULL)
+            fail_msg("%s", err);
+        for (size_t i = 0; i < 3; i++)
+            expect_ids(t, texts[i], 0, want[o][i], n_want[o][i]);
+        sy_bpe_free(t);
+    }
+#undef UNK_VOCAB
 }
 
 typedef struct bad_case {
@@ -966,6 +1022,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_utf8_refused),
         cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_mini_tokenizer),
+        cmocka_unit_test(test_unknown_and_byte_fallback),
         cmocka_unit_test(test_malformed_refused),
         cmocka_unit_test(test_builder_refuses),
         cmocka_unit_test(test_tokenizer_config),
