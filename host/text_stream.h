@@ -7,9 +7,11 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "utf8_stream.h"
+
+/* A sy_utf8_stream (plugins/common/utf8_stream.c) that replaces ill-formed bytes, with sink-style output. */
 typedef struct sy_text_stream {
-    unsigned char pending[4];
-    size_t n_pending;
+    sy_utf8_stream utf8;
 } sy_text_stream;
 
 /* Where complete text goes: a FILE, or a caller's sink. */
