@@ -227,7 +227,8 @@ const char *sy_default_plugin_dir(char *buf, size_t size) {
     char *slash = strrchr(exe, '/');
     if (slash == NULL) return NULL;
     *slash = '\0'; /* exe is now the executable's folder */
-    const char *candidates[] = {"../plugins", "../" SY_INSTALL_PLUGINDIR, "plugins"};
+    static const char installed[] = "../" SY_INSTALL_PLUGINDIR; /* <prefix>/bin -> <prefix>/lib/... */
+    const char *candidates[] = {"../plugins", installed, "plugins"};
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
         snprintf(buf, size, "%s/%s", exe, candidates[i]);
         struct stat st;
