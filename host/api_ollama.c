@@ -119,6 +119,7 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
     /* Ollama's seed -1 means random. */
     if (present && seed != UINT64_MAX) p->sampling.seed = seed;
     if (sy_json_get_stop(o, pre, "stop", p, e) != 0) return -1;
+    if (sy_json_get_bool(o, pre, "speculative", &p->speculative, NULL, e) != 0) return -1;
     if (sy_json_get_number(o, pre, "repeat_penalty", 0.01, 100, &d, &present, e) != 0) return -1;
     if (present) p->sampling.repeat_penalty = (float)d;
     if (sy_json_get_integer(o, pre, "repeat_last_n", -1, INT32_MAX, &i, &present, e) != 0) return -1;

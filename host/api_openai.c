@@ -109,6 +109,7 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
     if (sy_json_get_seed(body, NULL, "seed", &seed, &present, e) != 0) return -1;
     p->sampling.seed = present ? seed : sy_api_random_seed();
     if (sy_json_get_stop(body, NULL, "stop", p, e) != 0) return -1;
+    if (sy_json_get_bool(body, NULL, "speculative", &p->speculative, NULL, e) != 0) return -1;
 
     if (q->chat) {
         bool lp = false;
@@ -186,6 +187,10 @@ static cJSON *usage_json(const sy_gen_usage *u) {
     cJSON_AddNumberToObject(o, "total_tokens", (double)u->prompt_tokens + (double)u->completion_tokens);
     cJSON *details = cJSON_AddObjectToObject(o, "prompt_tokens_details");
     cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens);
+    /* Speculative decoding, in OpenAI's names for predicted tokens that were and were not used. */
+    cJSON *completion = cJSON_AddObjectToObject(o, "completion_tokens_details");
+    cJSON_AddNumberToObject(completion, "accepted_prediction_tokens", u->accepted_tokens);
+    cJSON_AddNumberToObject(completion, "rejected_prediction_tokens", (double)u->drafted_tokens - u->accepted_tokens);
     return o;
 }
 

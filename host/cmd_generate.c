@@ -11,6 +11,7 @@
 #include "engine_options.h"
 #include "loaded_model.h"
 #include "sampler.h"
+#include "speculative.h"
 #include "text_stream.h"
 #include "util.h"
 
@@ -35,6 +36,10 @@ static void usage(FILE *out) {
             "  --no-bos              do not add the model's beginning-of-sequence token\n"
             "  --special             print control tokens as text\n"
             "  --stats               print token counts and speeds to stderr at the end\n"
+            "speculative decoding (the output is what it would be without):\n"
+            "  --draft SPEC          ngram (prompt lookup), model:PATH (a small model with the same tokenizer),\n"
+            "                        replay:FILE:PCT (benchmarks: a known continuation, PCT%% corrupted)\n"
+            "  --draft-max N         most tokens drafted per step (default 16)\n"
             "engine options (passed to the plugin):\n");
     sy_engine_options_usage(out);
     fprintf(out, "  -h, --help            this text\n");
@@ -42,8 +47,16 @@ static void usage(FILE *out) {
 
 enum {
     OPT_PLUGIN = 1000, OPT_MODEL, OPT_GGUF, OPT_PLUGIN_DIR, OPT_CONFIG, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
-    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL
+    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL, OPT_DRAFT, OPT_DRAFT_MAX
 };
+
+/* Names under which `generate` lends its models to a model drafter (host->acquire_engine). */
+#define GENERATE_TARGET_NAME "generate:target"
+#define GENERATE_DRAFT_NAME "generate:draft"
+
+static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                         const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
+                         sy_speculator *spec);
 
 int sy_cmd_generate(int argc, char **argv) {
     struct option options[64];
@@ -63,6 +76,8 @@ int sy_cmd_generate(int argc, char **argv) {
         {"no-bos", no_argument, NULL, OPT_NO_BOS},
         {"special", no_argument, NULL, OPT_SPECIAL},
         {"stats", no_argument, NULL, OPT_STATS},
+        {"draft", required_argument, NULL, OPT_DRAFT},
+        {"draft-max", required_argument, NULL, OPT_DRAFT_MAX},
         {"help", no_argument, NULL, 'h'},
     };
     size_t n_own = sizeof own / sizeof *own;
@@ -70,7 +85,8 @@ int sy_cmd_generate(int argc, char **argv) {
     size_t n_all = n_own + sy_engine_options_getopt(options + n_own, sizeof options / sizeof *options - n_own - 1);
     memset(&options[n_all], 0, sizeof options[n_all]);
 
-    const char *plugin = NULL, *model_path = NULL, *plugin_dir = NULL;
+    const char *plugin = NULL, *model_path = NULL, *plugin_dir = NULL, *draft = NULL;
+    sy_speculator_options spec_opts = sy_speculator_defaults();
     int gguf_spelling = 0, add_bos = 1, show_special = 0, stats = 0;
     int64_t max_new = 256;
     sy_sampler_params sp = sy_sampler_defaults();
@@ -138,6 +154,21 @@ int sy_cmd_generate(int argc, char **argv) {
         case OPT_NO_BOS: add_bos = 0; break;
         case OPT_SPECIAL: show_special = 1; break;
         case OPT_STATS: stats = 1; break;
+        case OPT_DRAFT:
+            if (optarg[0] == '\0') {
+                sy_cli_error("generate", "--draft: give ngram, model:PATH or replay:FILE:PCT");
+                goto done;
+            }
+            draft = optarg;
+            break;
+        case OPT_DRAFT_MAX:
+            if (sy_parse_u64(optarg, SY_SPEC_MAX_DRAFT, &u) != 0 || u == 0) {
+                sy_cli_error("generate", "--draft-max: '%s' is not a count from 1 to %u", optarg,
+                             (unsigned)SY_SPEC_MAX_DRAFT);
+                goto done;
+            }
+            spec_opts.draft_max = (uint32_t)u;
+            break;
         case 'h': usage(stdout); status = 0; goto done;
         default: {
             char err[256];
@@ -179,7 +210,37 @@ int sy_cmd_generate(int argc, char **argv) {
         goto done;
     }
     t_load = sy_now_seconds() - t_load;
-    status = sy_generate_run(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load);
+    sy_loaded_model draft_lm;
+    memset(&draft_lm, 0, sizeof draft_lm);
+    sy_speculator *spec = NULL;
+    bool published = false, draft_published = false;
+    if (draft != NULL) {
+        char spec_text[64];
+        const char *spec_name = draft;
+        published = sy_host_publish_model(GENERATE_TARGET_NAME, &lm) == 0;
+        if (strncmp(draft, "model:", 6) == 0) {
+            /* The draft model loads like the target: the same plugin when one was named, the same options. */
+            if (sy_loaded_model_open(&reg, plugin, draft + 6, eo.items, eo.n_items, &draft_lm, err, sizeof err) != 0) {
+                sy_cli_error("generate", "--draft: %s", err);
+                goto close;
+            }
+            draft_published = sy_host_publish_model(GENERATE_DRAFT_NAME, &draft_lm) == 0;
+            snprintf(spec_text, sizeof spec_text, "model:%s", GENERATE_DRAFT_NAME);
+            spec_name = spec_text;
+        }
+        spec = sy_speculator_open(&reg, spec_name, GENERATE_TARGET_NAME, lm.info.n_vocab, eo.items, eo.n_items,
+                                  &spec_opts, err, sizeof err);
+        if (spec == NULL) {
+            sy_cli_error("generate", "--draft %s: %s", draft, err);
+            goto close;
+        }
+    }
+    status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec);
+close:
+    sy_speculator_free(spec);
+    if (draft_published) sy_host_unpublish_model(GENERATE_DRAFT_NAME);
+    if (published) sy_host_unpublish_model(GENERATE_TARGET_NAME);
+    sy_loaded_model_close(&draft_lm);
     sy_loaded_model_close(&lm);
     sy_plugin_registry_close(&reg);
 done:
@@ -189,6 +250,47 @@ done:
 
 int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
                     const sy_sampler_params *sp, int show_special, int stats, double load_seconds) {
+    return generate_loop(lm, prompt, add_bos, max_new, sp, show_special, stats, load_seconds, NULL);
+}
+
+/* The output side of the loop: prints tokens as they are taken and counts them. */
+typedef struct gen_out {
+    const sy_loaded_model *lm;
+    sy_text_stream text;
+    char *piece;
+    size_t piece_cap;
+    int show_special;
+    uint32_t generated;
+} gen_out;
+
+/* Takes one token. 1: go on; 0: an end-of-generation token (not counted); -1: a token without text. */
+static int take_token(gen_out *o, int32_t token) {
+    uint32_t tflags = o->lm->engine->token_flags(o->lm->model, token);
+    if (tflags & SY_TOKEN_END_OF_GENERATION) return 0;
+    if (!(tflags & SY_TOKEN_CONTROL) || o->show_special) {
+        long n = sy_loaded_model_token_bytes(o->lm, token, &o->piece, &o->piece_cap);
+        if (n < 0) {
+            sy_cli_error("generate", "token %d has no text: %s", token, o->lm->engine->error_message());
+            return -1;
+        }
+        sy_text_stream_write(&o->text, o->piece, (size_t)n, stdout);
+        fflush(stdout);
+    }
+    o->generated++;
+    return 1;
+}
+
+/* Decodes history[first..first+n) into seq, logits of the last `n_logits` into `logits`. */
+static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_t *tokens, uint32_t n,
+                            uint32_t n_logits, float *logits, const sy_host_call *call) {
+    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    return lm->engine->decode(lm->model, &batch);
+}
+
+static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                         const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
+                         sy_speculator *spec) {
     char err[512];
     size_t n_prompt = 0;
     uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (add_bos ? SY_TOKENIZE_ADD_SPECIAL : 0);
@@ -220,15 +322,21 @@ int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, 
 
     int status = 1;
     uint32_t n_vocab = lm->info.n_vocab;
+    uint32_t draft_room = spec != NULL ? sy_speculator_get_options(spec)->draft_max : 0;
     float *logits = sy_xmalloc((size_t)n_vocab * sizeof *logits);
-    int32_t *history = sy_xmalloc((n_prompt + max_new + 1) * sizeof *history);
+    /* The prompt, the output, and room for the proposals of one step after them. */
+    int32_t *history = sy_xmalloc((n_prompt + max_new + 1 + draft_room) * sizeof *history);
     memcpy(history, prompt_ids, n_prompt * sizeof *history);
-    size_t n_history = n_prompt;
+    uint32_t n_history = (uint32_t)n_prompt;
     sy_sampler *sampler = sy_sampler_create(sp, n_vocab);
-    sy_text_stream text;
-    sy_text_stream_init(&text);
-    char *piece = NULL;
-    size_t piece_cap = 0;
+    sy_spec_seq *q = spec != NULL ? sy_spec_seq_create(spec, n_vocab) : NULL;
+    sy_spec_seq_begin(q, sp);
+    gen_out o;
+    memset(&o, 0, sizeof o);
+    o.lm = lm;
+    o.show_special = show_special;
+    sy_text_stream_init(&o.text);
+    uint64_t drafted = 0, accepted = 0;
     sy_seq *seq = NULL;
     sy_host_call call;
     sy_host_call_init(&call);
@@ -237,59 +345,88 @@ int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, 
         goto out;
     }
 
-    sy_decode_item item = {sizeof item, seq, prompt_ids, (uint32_t)n_prompt, 1, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, &call};
     double t0 = sy_now_seconds();
-    sy_status st = lm->engine->decode(lm->model, &batch);
+    sy_status st = decode_run(lm, seq, prompt_ids, (uint32_t)n_prompt, 1, logits, &call);
     double t_prefill = sy_now_seconds() - t0;
     if (st != SY_OK) {
         sy_cli_error("generate", "prefill failed: %s", lm->engine->error_message());
         goto out;
     }
-    uint32_t generated = 0;
     double t1 = sy_now_seconds();
-    for (; generated < max_new; generated++) {
-        int32_t token = sy_sampler_sample(sampler, logits, history, n_history);
+    int32_t token = max_new > 0 ? sy_sampler_sample(sampler, logits, history, n_history) : -1;
+    while (o.generated < max_new) {
+        /* The token just chosen joins the history and the output. */
         history[n_history++] = token;
-        uint32_t tflags = lm->engine->token_flags(lm->model, token);
-        if (tflags & SY_TOKEN_END_OF_GENERATION) break;
-        if (!(tflags & SY_TOKEN_CONTROL) || show_special) {
-            long n = sy_loaded_model_token_bytes(lm, token, &piece, &piece_cap);
-            if (n < 0) {
-                sy_cli_error("generate", "token %d has no text: %s", token, lm->engine->error_message());
-                goto out;
-            }
-            sy_text_stream_write(&text, piece, (size_t)n, stdout);
-            fflush(stdout);
-        }
-        if (generated + 1 == max_new) {
-            generated++;
-            break;
-        }
-        item.tokens = &history[n_history - 1];
-        item.n_tokens = 1;
-        st = lm->engine->decode(lm->model, &batch);
+        int taken = take_token(&o, token);
+        if (taken < 0) goto out;
+        if (taken == 0 || o.generated == max_new) break;
+
+        /* Decode it, with proposals after it when the drafter has some. */
+        uint32_t room = lm->info.n_ctx - n_history; /* n_history <= n_prompt + max_new <= n_ctx */
+        uint32_t left = max_new - o.generated - 1;   /* k proposals yield up to k + 1 tokens */
+        uint32_t limit = room < left ? room : left;
+        if (limit > draft_room) limit = draft_room;
+        uint32_t k = q != NULL && limit > 0 ? sy_spec_seq_propose(q, history, n_history, limit) : 0;
+        double td = sy_now_seconds();
+        st = decode_run(lm, seq, &history[n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(q) : logits, &call);
         if (st != SY_OK) {
             sy_cli_error("generate", "decode failed: %s", lm->engine->error_message());
             goto out;
         }
+        if (spec != NULL) sy_speculator_note_decode(spec, 1 + k, 1, false, sy_now_seconds() - td);
+        if (k == 0) {
+            token = sy_sampler_sample(sampler, logits, history, n_history);
+            continue;
+        }
+        sy_spec_verdict v;
+        sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        drafted += v.n_drafted;
+        accepted += v.n_accepted;
+        uint32_t keep = n_history + v.n_accepted;
+        if (v.n_accepted < k && lm->engine->seq_truncate(lm->model, seq, keep) != SY_OK) {
+            /* The engine cannot roll back that far: stop speculating, and rebuild the sequence from the history. */
+            sy_spec_seq_rollback_failed(q, k - v.n_accepted);
+            lm->engine->seq_free(lm->model, seq);
+            seq = NULL;
+            if (lm->engine->seq_create(lm->model, &seq) != SY_OK ||
+                decode_run(lm, seq, history, keep, 0, NULL, &call) != SY_OK) {
+                sy_cli_error("generate", "rebuilding the sequence after a failed rollback: %s",
+                             lm->engine->error_message());
+                goto out;
+            }
+        }
+        /* The accepted proposals are in the history already: take them, then the target's own next token. */
+        bool ended = false;
+        for (uint32_t j = 0; j < v.n_accepted && !ended; j++) {
+            int t = take_token(&o, history[n_history]);
+            if (t < 0) goto out;
+            n_history++;
+            ended = t == 0 || o.generated == max_new;
+        }
+        if (ended) break;
+        token = v.next;
     }
     double t_decode = sy_now_seconds() - t1;
-    sy_text_stream_finish(&text, stdout);
+    sy_text_stream_finish(&o.text, stdout);
     fputc('\n', stdout);
     fflush(stdout);
     if (stats) {
         fprintf(stderr,
                 "load %.3f s | prompt %zu tokens in %.3f s (%.1f tok/s) | generated %u tokens in %.3f s "
                 "(%.1f tok/s)\n",
-                load_seconds, n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, generated,
-                t_decode, t_decode > 0 ? generated / t_decode : 0.0);
+                load_seconds, n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, o.generated,
+                t_decode, t_decode > 0 ? o.generated / t_decode : 0.0);
+        if (spec != NULL)
+            fprintf(stderr, "speculative (%s): drafted %llu tokens, accepted %llu (%.1f%%)\n",
+                    sy_speculator_label(spec), (unsigned long long)drafted, (unsigned long long)accepted,
+                    drafted ? 100.0 * (double)accepted / (double)drafted : 0.0);
     }
     status = 0;
 out:
     if (seq != NULL) lm->engine->seq_free(lm->model, seq);
+    sy_spec_seq_free(q);
     sy_sampler_free(sampler);
-    free(piece);
+    free(o.piece);
     free(history);
     free(logits);
     free(prompt_ids);

@@ -37,9 +37,9 @@ static void usage(FILE *out) {
             "  --watch-config          reload the config when its file changes (checked once a second);\n"
             "                          SIGHUP always reloads it\n"
             "  --log-level LEVEL       error, warn, info or debug (default: [host] log_level, else info)\n"
-            "snapshots (accepted and stored for the KV snapshot restore, which is not implemented yet:\n"
-            "these flags do not restore anything in this version):\n"
-            "  --resume                restore the warm KV snapshots in the resume path at start\n"
+            "KV snapshots (warm slots are saved to the resume path at unload and shutdown; see\n"
+            "docs/snapshot-format.md):\n"
+            "  --resume                restore the warm KV snapshots in the resume path when models load\n"
             "  --resume-path DIR       where snapshots are kept (default: [host] resume_path)\n"
             "  --resume-no-host-cache  restore into the slots only, not into the host prefix cache\n"
             "  -h, --help              this text\n");
@@ -182,8 +182,6 @@ int sy_cmd_serve(int argc, char **argv) {
         return 1;
     }
     apply_overrides(&st, cfg);
-    if (st.resume)
-        sy_log(SY_LOG_WARN, "--resume was given, but restoring KV snapshots is not implemented yet: models start cold");
     snprintf(st.listen, sizeof st.listen, "%s",
              st.listen_override ? st.listen_override
                                 : (cfg->host.listen ? cfg->host.listen : SY_SERVER_DEFAULT_LISTEN));

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "api_common.h"
+#include "api_slots.h"
 #include "log.h"
 #include "util.h"
 
@@ -57,6 +58,8 @@ static const route routes[] = {
     {M_POST, "/api/show", false, "/api/show", SY_API_STYLE_OLLAMA, false, sy_api_ollama_show},
     {M_GET, "/api/ps", false, "/api/ps", SY_API_STYLE_OLLAMA, false, sy_api_ollama_ps},
     {M_GET, "/api/version", false, "/api/version", SY_API_STYLE_OLLAMA, false, sy_api_ollama_version},
+    {M_GET, "/slots", false, "/slots", SY_API_STYLE_OPENAI, false, sy_api_slots},
+    {M_POST, "/slots/", true, "/slots/{id}", SY_API_STYLE_OPENAI, false, sy_api_slots},
 };
 #define N_ROUTES (sizeof routes / sizeof *routes)
 

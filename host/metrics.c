@@ -170,6 +170,8 @@ typedef uint64_t (*model_value_fn)(const sy_model_status *st);
 static uint64_t v_memory(const sy_model_status *st) { return st->memory_bytes; }
 static uint64_t v_slots(const sy_model_status *st) { return st->sched.slots_busy; }
 static uint64_t v_queue(const sy_model_status *st) { return st->sched.queue_depth; }
+static uint64_t v_drafted(const sy_model_status *st) { return st->sched.drafted_tokens; }
+static uint64_t v_accepted(const sy_model_status *st) { return st->sched.accepted_tokens; }
 
 static void render_model_gauge(sy_buf *b, const char *name, const char *help, const sy_model_status *models,
                                size_t n, model_value_fn value) {
@@ -247,6 +249,10 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         render_model_gauge(&b, "switchyard_slots_busy", "Slots generating now.", models, n_models, v_slots);
         render_model_gauge(&b, "switchyard_queue_depth", "Requests waiting for a free slot.", models, n_models,
                            v_queue);
+        render_model_gauge(&b, "switchyard_draft_tokens", "Tokens drafted for speculative decoding since the model "
+                           "was loaded.", models, n_models, v_drafted);
+        render_model_gauge(&b, "switchyard_draft_accepted_tokens", "Drafted tokens the model accepted since it was "
+                           "loaded.", models, n_models, v_accepted);
     }
     if (len != NULL) *len = b.len;
     return sy_buf_take(&b);

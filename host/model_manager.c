@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@
 #include <time.h>
 
 #include "log.h"
+#include "snapshot_store.h"
+#include "speculative.h"
 #include "util.h"
 
 typedef struct mm_group {
@@ -45,6 +48,10 @@ typedef struct mm_model {
     size_t n_options;
     uint32_t ttl_s, parallel, max_queue, queue_timeout_s;
     bool preload;
+    bool persist_on_unload; /* KV snapshots at swap and ttl unloads (shutdown always saves) */
+    sy_config_draft draft;  /* speculative decoding: none, ngram, or the model named draft_model */
+    char *draft_model;
+    uint32_t draft_max, draft_min;
 
     /* State, under the manager lock. */
     sy_model_state state;
@@ -60,6 +67,12 @@ typedef struct mm_model {
     bool measured;
     uint64_t load_failures;
     uint64_t unload_count; /* unloads done, so a waiter can tell "it went" even if it is loading again */
+    bool snapshots_saved;  /* this process saved its KV at an unload: its next load restores them */
+    /* Speculative decoding while loaded (owned like lm: by the loader, then by the unloader). A draft model is
+     * loaded as a private instance beside the target, so that only the target's engine loop ever calls it. */
+    sy_speculator *speculator;
+    sy_loaded_model draft_lm;
+    char *published_target, *published_draft; /* names lent to the drafter through acquire_engine */
     char last_error[512];
 } mm_model;
 
@@ -84,6 +97,9 @@ struct sy_model_manager {
     bool loader_busy;
     bool destroying;
     sy_model_manager_counters counters;
+    /* KV snapshots ([host] resume_path, resume, resume_no_host_cache; snapshot_store.h). */
+    char *resume_path; /* NULL: no snapshots */
+    bool resume, resume_no_host_cache;
 };
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -108,6 +124,7 @@ static void model_free_config(mm_model *m) {
     free(m->aliases);
     free(m->chat_template);
     free(m->chat_template_file);
+    free(m->draft_model);
     free_options(m->options, m->n_options);
 }
 
@@ -138,6 +155,11 @@ static mm_model *model_from_config(const sy_config_model *c) {
     m->max_queue = c->max_queue;
     m->queue_timeout_s = c->queue_timeout_s;
     m->preload = c->preload;
+    m->persist_on_unload = c->persist_on_unload;
+    m->draft = c->draft;
+    m->draft_model = dup_or_null(c->draft_model);
+    m->draft_max = c->draft_max;
+    m->draft_min = c->draft_min;
     m->state = SY_MODEL_UNLOADED;
     return m;
 }
@@ -151,6 +173,9 @@ static bool same_string(const char *a, const char *b) {
 static bool same_instance(const mm_model *a, const mm_model *b) {
     if (!same_string(a->plugin, b->plugin) || !same_string(a->path, b->path)) return false;
     if (a->parallel != b->parallel || a->max_queue != b->max_queue || a->queue_timeout_s != b->queue_timeout_s)
+        return false;
+    if (a->draft != b->draft || !same_string(a->draft_model, b->draft_model) || a->draft_max != b->draft_max ||
+        a->draft_min != b->draft_min)
         return false;
     if (a->n_options != b->n_options) return false;
     for (size_t i = 0; i < a->n_options; i++)
@@ -172,6 +197,7 @@ static void take_light_settings(mm_model *to, mm_model *from) {
     to->chat_template_file = from->chat_template_file, from->chat_template_file = chat_template_file;
     to->ttl_s = from->ttl_s;
     to->preload = from->preload;
+    to->persist_on_unload = from->persist_on_unload;
 }
 
 static mm_group *groups_from_config(const sy_config *cfg, size_t *n) {
@@ -283,15 +309,22 @@ static uint64_t path_bytes(const char *path) {
 }
 
 /* Measures a loaded model through the engine (1.1 plugins), else estimates it by its files. */
-static uint64_t measure(const mm_model *m) {
-    const sy_engine_api *e = m->lm.engine;
-    if (m->lm.model != NULL && SY_HAS_FIELD(e, sy_engine_api, memory_usage) && e->memory_usage != NULL) {
+static uint64_t measure_loaded(const sy_loaded_model *lm, const char *path) {
+    const sy_engine_api *e = lm->engine;
+    if (lm->model != NULL && SY_HAS_FIELD(e, sy_engine_api, memory_usage) && e->memory_usage != NULL) {
         sy_memory_usage u;
         memset(&u, 0, sizeof u);
         u.struct_size = sizeof u;
-        if (e->memory_usage(m->lm.model, &u) == SY_OK) return u.mapped_bytes + u.resident_bytes + u.device_bytes;
+        if (e->memory_usage(lm->model, &u) == SY_OK) return u.mapped_bytes + u.resident_bytes + u.device_bytes;
     }
-    return path_bytes(m->path);
+    return path_bytes(path);
+}
+
+/* The model and, when it has one, its private draft model. */
+static uint64_t measure(const mm_model *m) {
+    uint64_t bytes = measure_loaded(&m->lm, m->path);
+    if (m->draft_lm.model != NULL) bytes += measure_loaded(&m->draft_lm, NULL);
+    return bytes;
 }
 
 /* Memory of every loaded model but `except`, refreshing the measurements of ready ones. */
@@ -322,6 +355,8 @@ static bool try_claim_unload(mm_model *m) {
     return true;
 }
 
+static void drafting_stop(mm_model *m); /* speculative decoding, below */
+
 /* Unloads a claimed model: the lock is released meanwhile. The caller must not use m afterwards (a retired
  * entry is freed). */
 static void perform_unload(sy_model_manager *mm, mm_model *m) {
@@ -331,12 +366,23 @@ static void perform_unload(sy_model_manager *mm, mm_model *m) {
     m->sched = NULL;
     char name[SY_CONFIG_MAX_NAME_LEN + 1];
     snprintf(name, sizeof name, "%s", m->name);
+    /* Warm KV goes to snapshots at shutdown, and at other unloads unless the model says not to. */
+    char *resume_path = (mm->destroying || m->persist_on_unload) ? dup_or_null(mm->resume_path) : NULL;
+    bool keep_parked = !mm->resume_no_host_cache;
     pthread_mutex_unlock(&mm->lock);
     double t0 = seconds_now();
+    bool saved = false;
+    if (resume_path != NULL && sched != NULL) {
+        sy_scheduler_stop(sched);
+        saved = sy_snapshot_persist_model(resume_path, name, &m->lm, sched, keep_parked, 0) > 0;
+    }
+    free(resume_path);
     sy_scheduler_destroy(sched);
+    drafting_stop(m);
     sy_loaded_model_close(&m->lm);
     sy_log(SY_LOG_INFO, "model %s unloaded in %.3f s", name, seconds_now() - t0);
     pthread_mutex_lock(&mm->lock);
+    if (saved) m->snapshots_saved = true;
     m->state = SY_MODEL_UNLOADED;
     m->unload_count++;
     mm->counters.unloads++;
@@ -491,6 +537,9 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->groups = groups_from_config(cfg, &mm->n_groups);
     mm->max_memory = cfg->host.max_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
+    mm->resume_path = dup_or_null(cfg->host.resume_path);
+    mm->resume = cfg->host.resume;
+    mm->resume_no_host_cache = cfg->host.resume_no_host_cache;
     return mm;
 }
 
@@ -515,6 +564,7 @@ void sy_model_manager_destroy(sy_model_manager *mm) {
     free(mm->models);
     free(mm->retired);
     groups_free(mm->groups, mm->n_groups);
+    free(mm->resume_path);
     pthread_cond_destroy(&mm->changed);
     pthread_mutex_destroy(&mm->lock);
     free(mm);
@@ -562,8 +612,125 @@ static sy_model_lease *new_lease(sy_model_manager *mm, mm_model *m) {
     return lease;
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Speculative decoding: the drafter of a loaded model (speculative.h) */
+
+/* What a load needs to know about the model's drafter, copied under the lock. */
+typedef struct draft_plan {
+    sy_config_draft draft;
+    char *draft_name;    /* the draft model's canonical name */
+    char *plugin, *path; /* the draft model's, from its own [model.NAME] section */
+    sy_option *options;
+    size_t n_options;
+    uint32_t draft_max, draft_min;
+    bool missing;        /* the draft model is no longer configured */
+} draft_plan;
+
+/* Lock held. */
+static void draft_plan_take(const sy_model_manager *mm, const mm_model *m, draft_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->draft = m->draft;
+    p->draft_max = m->draft_max;
+    p->draft_min = m->draft_min;
+    if (m->draft != SY_CONFIG_DRAFT_MODEL) return;
+    p->draft_name = dup_or_null(m->draft_model);
+    const mm_model *d = m->draft_model != NULL ? find_current(mm, m->draft_model) : NULL;
+    if (d == NULL || d == m) {
+        p->missing = true;
+        return;
+    }
+    p->plugin = dup_or_null(d->plugin);
+    p->path = dup_or_null(d->path);
+    p->n_options = d->n_options;
+    p->options = sy_xcalloc(d->n_options ? d->n_options : 1, sizeof *p->options);
+    for (size_t i = 0; i < d->n_options; i++) {
+        p->options[i].key = sy_strdup(d->options[i].key);
+        p->options[i].value = sy_strdup(d->options[i].value);
+    }
+}
+
+static void draft_plan_free(draft_plan *p) {
+    free(p->draft_name);
+    free(p->plugin);
+    free(p->path);
+    free_options(p->options, p->n_options);
+    memset(p, 0, sizeof *p);
+}
+
+/* Ends drafting after the scheduler is gone: the drafter first (it releases what it borrowed), then the names it
+ * borrowed through, then the draft model. Lock released; the entry is the unloader's (or the failed loader's). */
+static void drafting_stop(mm_model *m) {
+    sy_speculator_free(m->speculator);
+    m->speculator = NULL;
+    char **names[2] = {&m->published_draft, &m->published_target};
+    for (int i = 0; i < 2; i++) {
+        if (*names[i] == NULL) continue;
+        if (sy_host_unpublish_model(*names[i]) != 0)
+            sy_log(SY_LOG_ERROR, "model %s: %s is still borrowed by a drafter", m->name, *names[i]);
+        free(*names[i]);
+        *names[i] = NULL;
+    }
+    sy_loaded_model_close(&m->draft_lm);
+}
+
+/* Starts the drafter of a model just loaded (LOADING, the lock released): m->speculator, or NULL when the model
+ * has none or it cannot start (then the model serves without speculation, which is logged). */
+static void drafting_start(sy_model_manager *mm, mm_model *m, const draft_plan *p) {
+    static atomic_uint_fast64_t instances;
+    if (p->draft == SY_CONFIG_DRAFT_NONE) return;
+    unsigned long long id = (unsigned long long)atomic_fetch_add(&instances, 1);
+    char err[1024], name[2 * SY_CONFIG_MAX_NAME_LEN + 32], spec[2 * SY_CONFIG_MAX_NAME_LEN + 48];
+    /* Unique names: a retired entry of the same model may still be loaded. */
+    snprintf(name, sizeof name, "%s#%llu", m->name, id);
+    if (sy_host_publish_model(name, &m->lm) != 0) {
+        sy_log(SY_LOG_WARN, "model %s: cannot lend it to a drafter as %s; no speculative decoding", m->name, name);
+        return;
+    }
+    m->published_target = sy_strdup(name);
+    if (p->draft == SY_CONFIG_DRAFT_NGRAM) {
+        snprintf(spec, sizeof spec, "ngram");
+    } else {
+        if (p->missing) {
+            sy_log(SY_LOG_WARN, "model %s: draft model %s is not configured; no speculative decoding", m->name,
+                   p->draft_name ? p->draft_name : "(none)");
+            goto fail;
+        }
+        if (sy_loaded_model_open(mm->reg, p->plugin, p->path, p->options, p->n_options, &m->draft_lm, err,
+                                 sizeof err) != 0) {
+            sy_log(SY_LOG_WARN, "model %s: draft model %s did not load (%s); no speculative decoding", m->name,
+                   p->draft_name, err);
+            memset(&m->draft_lm, 0, sizeof m->draft_lm);
+            goto fail;
+        }
+        snprintf(name, sizeof name, "%s@%s#%llu", p->draft_name, m->name, id);
+        if (sy_host_publish_model(name, &m->draft_lm) != 0) goto fail;
+        m->published_draft = sy_strdup(name);
+        snprintf(spec, sizeof spec, "model:%s", name);
+    }
+    sy_speculator_options o = sy_speculator_defaults();
+    o.draft_max = p->draft_max;
+    o.draft_min = p->draft_min;
+    m->speculator = sy_speculator_open(mm->reg, spec, m->published_target, m->lm.info.n_vocab, m->options,
+                                       m->n_options, &o, err, sizeof err);
+    if (m->speculator == NULL) {
+        sy_log(SY_LOG_WARN, "model %s: no speculative decoding: %s", m->name, err);
+        goto fail;
+    }
+    sy_log(SY_LOG_INFO, "model %s: speculative decoding with %s (draft_max %u, draft_min %u)", m->name,
+           p->draft == SY_CONFIG_DRAFT_NGRAM ? "ngram" : p->draft_name, (unsigned)o.draft_max,
+           (unsigned)o.draft_min);
+    return;
+fail:
+    drafting_stop(m);
+}
+
 /* Loads m (LOADING, ours) with the lock released. 0, or -1 with err set. */
 static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_size) {
+    /* KV snapshots come back with --resume, or when this process saved them at the model's last unload. */
+    char *resume_path = (mm->resume || m->snapshots_saved) ? dup_or_null(mm->resume_path) : NULL;
+    bool into_host_cache = !mm->resume_no_host_cache;
+    draft_plan plan;
+    draft_plan_take(mm, m, &plan);
     pthread_mutex_unlock(&mm->lock);
     double t0 = seconds_now();
     sy_loaded_model lm;
@@ -578,13 +745,21 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
         opts.parallel = m->parallel;
         opts.max_queue = m->max_queue;
         opts.queue_timeout_s = m->queue_timeout_s;
+        drafting_start(mm, m, &plan);
+        opts.speculator = m->speculator;
         sched = sy_scheduler_create(&m->lm, &opts);
         if (sched == NULL) {
             snprintf(err, err_size, "could not start the scheduler of model %s", m->name);
+            drafting_stop(m);
             sy_loaded_model_close(&m->lm);
             rc = -1;
+        } else if (resume_path != NULL) {
+            /* Before the model reports ready: no request has reached the scheduler yet. */
+            sy_snapshot_resume_model(resume_path, m->name, &m->lm, sched, into_host_cache, 0);
         }
     }
+    free(resume_path);
+    draft_plan_free(&plan);
     double seconds = seconds_now() - t0;
     pthread_mutex_lock(&mm->lock);
     if (rc != 0) {
@@ -861,6 +1036,10 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     mm->n_groups = n_groups;
     mm->max_memory = cfg->host.max_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
+    free(mm->resume_path);
+    mm->resume_path = dup_or_null(cfg->host.resume_path);
+    mm->resume = cfg->host.resume;
+    mm->resume_no_host_cache = cfg->host.resume_no_host_cache;
     sy_log(SY_LOG_INFO, "config reloaded: %zu models added, %zu changed, %zu removed", added, changed, removed);
     /* Retired models without leases go now; the others when their last request ends. */
     while (claim_any_pending(mm)) {

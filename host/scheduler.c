@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "prefix_cache.h"
+#include "speculative.h"
 #include "text_stream.h"
 #include "util.h"
 
@@ -106,6 +107,11 @@ typedef struct slot {
     /* Per step: this slot's part of the batch. */
     uint32_t step_tokens;
     uint32_t step_logits;
+    /* Speculative decoding (speculative.h): the slot's speculation state (NULL until a speculative generation
+     * runs here; kept across generations, like the KV) and the proposals of this step, which sit in `tokens` right
+     * after next_token, past the mirrored n_tokens. */
+    sy_spec_seq *spec;
+    uint32_t step_drafts;
 } slot;
 
 /* A sequence kept by the host prefix cache after its slot moved on to another prompt. Loop thread only. */
@@ -146,12 +152,17 @@ struct sy_scheduler {
     uint64_t parked_tokens;
     uint32_t n_parked;
     uint32_t spurious_cancels;
+    /* Snapshot hooks (end of file): tasks run on the loop thread between steps; stop without freeing. */
+    struct sched_task *tasks;
+    pthread_cond_t task_done;
+    bool joined;
 };
 
 sy_gen_params sy_gen_params_defaults(void) {
     sy_gen_params p;
     memset(&p, 0, sizeof p);
     p.sampling = sy_sampler_defaults();
+    p.speculative = true;
     return p;
 }
 
@@ -609,6 +620,10 @@ static int slot_start(sy_scheduler *s, slot *sl, sy_gen *g, char *msg, size_t ms
     }
     if (sl->logits == NULL) sl->logits = sy_xmalloc((size_t)s->n_vocab * sizeof *sl->logits);
     g->sampler = sy_sampler_create(&g->params.sampling, s->n_vocab);
+    if (s->opts.speculator != NULL && g->params.speculative) {
+        if (sl->spec == NULL) sl->spec = sy_spec_seq_create(s->opts.speculator, s->n_vocab);
+        sy_spec_seq_begin(sl->spec, &g->params.sampling);
+    }
     g->usage.cached_tokens = prefix;
     g->t_start = sy_now_seconds();
     sl->prompt_pos = prefix;
@@ -630,6 +645,7 @@ static void slot_finish(sy_scheduler *s, slot *sl, const char *reason, const cha
     }
     sy_sampler_free(g->sampler);
     g->sampler = NULL;
+    sy_spec_seq_end(sl->spec); /* kept with the slot: a draft model's sequence stays warm like the slot's KV */
     sl->phase = SLOT_FREE;
     sl->last_used = sy_now_seconds();
 
@@ -659,12 +675,13 @@ static void top_logprobs(const float *logits, uint32_t n_vocab, double log_z, ui
     for (uint32_t i = 0; i < have; i++) top[i].logprob = (double)logits[top[i].token] - log_z;
 }
 
-static void slot_sample(sy_scheduler *s, slot *sl) {
+/* Takes one output token, chosen from `row` (its logits after the sampler's penalties, for logprobs): counts it,
+ * checks the end conditions, emits its text. True when the generation goes on, with `token` to decode next. */
+static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const float *row) {
     sy_gen *g = sl->gen;
     const sy_loaded_model *lm = s->lm;
     if (g->t_first == 0) g->t_first = sy_now_seconds();
 
-    int32_t token = sy_sampler_sample(g->sampler, sl->logits, sl->tokens, sl->n_tokens);
     if (token < 0 || (uint32_t)token >= s->n_vocab) token = 0; /* a sampler bug must not reach the engine */
     g->usage.completion_tokens++;
     pthread_mutex_lock(&s->lock);
@@ -674,7 +691,7 @@ static void slot_sample(sy_scheduler *s, slot *sl) {
     uint32_t flags = lm->engine->token_flags(lm->model, token);
     if ((flags & SY_TOKEN_END_OF_GENERATION) && !g->params.ignore_eos) {
         slot_finish(s, sl, "stop", NULL);
-        return;
+        return false;
     }
 
     /* The log-softmax of the row the sampler used (after its penalties). */
@@ -683,13 +700,13 @@ static void slot_sample(sy_scheduler *s, slot *sl) {
     uint32_t n_top = 0;
     bool want_logprobs = g->params.logprobs || g->params.top_logprobs > 0;
     if (want_logprobs) {
-        float max = sl->logits[sy_argmax(sl->logits, s->n_vocab)];
+        float max = row[sy_argmax(row, s->n_vocab)];
         double z = 0;
-        for (uint32_t v = 0; v < s->n_vocab; v++) z += exp((double)sl->logits[v] - max);
+        for (uint32_t v = 0; v < s->n_vocab; v++) z += exp((double)row[v] - max);
         double log_z = max + log(z);
-        logprob = (double)sl->logits[token] - log_z;
+        logprob = (double)row[token] - log_z;
         n_top = g->params.top_logprobs < s->n_vocab ? g->params.top_logprobs : s->n_vocab;
-        if (n_top > 0) top_logprobs(sl->logits, s->n_vocab, log_z, n_top, top);
+        if (n_top > 0) top_logprobs(row, s->n_vocab, log_z, n_top, top);
     }
 
     bool stopped = false;
@@ -705,18 +722,24 @@ static void slot_sample(sy_scheduler *s, slot *sl) {
     g->out.len = 0;
     if (stopped) {
         slot_finish(s, sl, "stop", NULL);
-        return;
+        return false;
     }
     if (g->params.max_tokens != 0 && g->usage.completion_tokens >= g->params.max_tokens) {
         slot_finish(s, sl, "length", NULL);
-        return;
+        return false;
     }
     if (sl->n_tokens >= s->n_ctx) {
         slot_finish(s, sl, "length", NULL);
-        return;
+        return false;
     }
     sl->next_token = token;
     sl->phase = SLOT_DECODE;
+    return true;
+}
+
+static void slot_sample(sy_scheduler *s, slot *sl) {
+    int32_t token = sy_sampler_sample(sl->gen->sampler, sl->logits, sl->tokens, sl->n_tokens);
+    slot_take_token(s, sl, token, sl->logits);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -730,6 +753,119 @@ static void engine_failure(sy_scheduler *s, slot *sl, sy_status st, const char *
     /* The sequence may be in any state now: start it over. */
     slot_drop_sequence(s, sl);
     slot_finish(s, sl, NULL, msg);
+}
+
+/* ---- speculative decoding (speculative.h) ---- */
+
+/* Proposals for a decoding slot, within `budget` more tokens of this step. They are written to the mirror's spare
+ * room right after next_token, so that the drafter sees the context and the decode its tokens in one piece.
+ * Returns how many. */
+static uint32_t slot_plan_drafts(sy_scheduler *s, slot *sl, uint32_t budget) {
+    const sy_gen *g = sl->gen;
+    if (!sy_spec_seq_enabled(sl->spec)) return 0;
+    uint32_t limit = budget;
+    /* The sequence must hold n_tokens + 1 + k; k proposals yield up to k + 1 tokens of those still allowed. */
+    uint32_t room = s->n_ctx > sl->n_tokens + 1 ? s->n_ctx - sl->n_tokens - 1 : 0;
+    if (room < limit) limit = room;
+    if (g->params.max_tokens != 0) {
+        uint32_t left = g->params.max_tokens > g->usage.completion_tokens
+                            ? g->params.max_tokens - g->usage.completion_tokens : 0;
+        if (left == 0 || left - 1 < limit) limit = left > 0 ? left - 1 : 0;
+    }
+    uint32_t draft_max = sy_speculator_get_options(s->opts.speculator)->draft_max;
+    if (limit > draft_max) limit = draft_max;
+    if (limit == 0) return 0;
+    slot_mirror_reserve(sl, sl->n_tokens + 1 + limit);
+    sl->tokens[sl->n_tokens] = sl->next_token;
+    return sy_spec_seq_propose(sl->spec, sl->tokens, sl->n_tokens + 1, limit);
+}
+
+/* A new sequence holding the mirror's first n tokens, for an engine that could not roll back. 0, or -1 with msg. */
+static int slot_rebuild_sequence(sy_scheduler *s, slot *sl, uint32_t n, char *msg, size_t msg_size) {
+    const sy_engine_api *e = s->lm->engine;
+    if (sl->seq != NULL) e->seq_free(s->lm->model, sl->seq);
+    sl->seq = NULL;
+    sy_status st = e->seq_create(s->lm->model, &sl->seq);
+    if (st != SY_OK || sl->seq == NULL) {
+        sl->seq = NULL;
+        snprintf(msg, msg_size, "%s", e->error_message());
+        return -1;
+    }
+    for (uint32_t done = 0; done < n;) {
+        uint32_t chunk = n - done < s->opts.prefill_chunk ? n - done : s->opts.prefill_chunk;
+        sy_decode_item item;
+        memset(&item, 0, sizeof item);
+        item.struct_size = sizeof item;
+        item.seq = sl->seq;
+        item.tokens = sl->tokens + done;
+        item.n_tokens = chunk;
+        sy_decode_batch batch;
+        memset(&batch, 0, sizeof batch);
+        batch.struct_size = sizeof batch;
+        batch.n_items = 1;
+        batch.item_size = sizeof item;
+        batch.items = &item;
+        st = e->decode(s->lm->model, &batch); /* no cancellation: the slot must be whole again */
+        if (st != SY_OK) {
+            snprintf(msg, msg_size, "%s", e->error_message());
+            return -1;
+        }
+        done += chunk;
+    }
+    return 0;
+}
+
+/* After the decode of next_token and k proposals: the target keeps what it confirms, the rest is rolled back,
+ * and the output tokens go out one by one exactly as plain decoding would emit them. */
+static void slot_verify_drafts(sy_scheduler *s, slot *sl, uint32_t k) {
+    sy_gen *g = sl->gen;
+    uint32_t base = sl->n_tokens + 1; /* mirror + next_token: the context the first row follows */
+    sy_spec_verdict v;
+    sy_spec_seq_verify(sl->spec, g->sampler, sl->tokens, base, k, &v);
+    uint32_t keep = base + v.n_accepted;
+    g->usage.drafted_tokens += v.n_drafted;
+    g->usage.accepted_tokens += v.n_accepted;
+    pthread_mutex_lock(&s->lock);
+    s->stats.drafted_tokens += v.n_drafted;
+    s->stats.accepted_tokens += v.n_accepted;
+    pthread_mutex_unlock(&s->lock);
+    if (v.n_accepted < k) {
+        sy_status st = s->lm->engine->seq_truncate(s->lm->model, sl->seq, keep);
+        if (st != SY_OK) {
+            /* The engine cannot roll back so far: no more speculation here (and shorter drafts for later
+             * requests); the sequence is rebuilt from the mirror. */
+            uint32_t depth = k - v.n_accepted;
+            sy_log_level level = sy_spec_seq_rollback_failed(sl->spec, depth) ? SY_LOG_WARN : SY_LOG_DEBUG;
+            sy_log(level, "scheduler: slot %u: rolling back %u drafted tokens failed (%s: %s); this request goes on "
+                   "without speculation, later ones draft fewer tokens", (unsigned)sl->index, (unsigned)depth,
+                   sy_status_name(st), s->lm->engine->error_message());
+            char msg[512] = "";
+            if (slot_rebuild_sequence(s, sl, keep, msg, sizeof msg) != 0) {
+                engine_failure(s, sl, SY_ERR_INTERNAL, msg);
+                return;
+            }
+        }
+    }
+    for (uint32_t j = 0; j <= v.n_accepted; j++) {
+        int32_t token = j < v.n_accepted ? sl->tokens[base + j] : v.next;
+        sl->n_tokens = base + j; /* the sequence as it stands when this token is chosen */
+        if (!slot_take_token(s, sl, token, sy_spec_seq_row(sl->spec, j))) {
+            sl->n_tokens = keep; /* ended early: the sequence still holds the accepted proposals */
+            return;
+        }
+    }
+}
+
+/* The decode timings that let the speculator weigh what a verified token costs. */
+static void note_decode_timing(sy_scheduler *s, uint32_t n_items, double seconds) {
+    if (s->opts.speculator == NULL) return;
+    uint32_t n_tokens = 0;
+    bool prefill = false;
+    for (uint32_t k = 0; k < n_items; k++) {
+        n_tokens += s->items[k].n_tokens;
+        if (s->item_slots[k]->phase == SLOT_PREFILL) prefill = true;
+    }
+    sy_speculator_note_decode(s->opts.speculator, n_tokens, n_items, prefill, seconds);
 }
 
 /* Takes queued requests into free slots in FIFO order; hands back those cancelled or timed out while waiting.
@@ -773,11 +909,17 @@ static uint32_t build_batch(sy_scheduler *s) {
     uint32_t n_items = 0, budget = s->opts.batch_tokens;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[(s->rotate + i) % s->n_slots];
-        sl->step_tokens = sl->step_logits = 0;
+        sl->step_tokens = sl->step_logits = sl->step_drafts = 0;
         if (sl->phase != SLOT_DECODE || budget == 0) continue;
         sl->step_tokens = 1;
         sl->step_logits = 1;
         budget--;
+        if (sl->spec != NULL) {
+            sl->step_drafts = slot_plan_drafts(s, sl, budget);
+            sl->step_tokens += sl->step_drafts;
+            sl->step_logits += sl->step_drafts;
+            budget -= sl->step_drafts;
+        }
         s->item_slots[n_items++] = sl;
     }
     for (uint32_t i = 0; i < s->n_slots && budget > 0; i++) {
@@ -802,6 +944,10 @@ static uint32_t build_batch(sy_scheduler *s) {
         item->n_tokens = sl->step_tokens;
         item->n_logits = sl->step_logits;
         item->logits = sl->step_logits ? sl->logits : NULL;
+        if (sl->step_drafts > 0) {
+            item->tokens = sl->tokens + sl->n_tokens; /* next_token, then the proposals */
+            item->logits = sy_spec_seq_rows(sl->spec);
+        }
     }
     return n_items;
 }
@@ -822,6 +968,10 @@ static sy_status run_decode(sy_scheduler *s, const sy_decode_item *items, uint32
 
 /* After a successful decode of this slot's part: mirror the tokens, move on. */
 static void slot_advance(sy_scheduler *s, slot *sl, const sy_decode_item *item) {
+    if (sl->phase == SLOT_DECODE && sl->step_drafts > 0) {
+        slot_verify_drafts(s, sl, sl->step_drafts);
+        return;
+    }
     slot_mirror_append(sl, item->tokens, item->n_tokens);
     if (sl->phase == SLOT_PREFILL) {
         sl->prompt_pos += item->n_tokens;
@@ -849,7 +999,9 @@ static void step(sy_scheduler *s) {
     pthread_mutex_unlock(&s->lock);
 
     char msg[512] = "";
+    double t_decode = sy_now_seconds();
     sy_status st = run_decode(s, s->items, n_items, msg, sizeof msg);
+    if (st == SY_OK) note_decode_timing(s, n_items, sy_now_seconds() - t_decode);
 
     pthread_mutex_lock(&s->lock);
     s->stats.decode_calls++;
@@ -896,12 +1048,17 @@ static void step(sy_scheduler *s) {
     }
 }
 
+/* Snapshot hooks, at the end of the file. */
+static void run_tasks(sy_scheduler *s);
+static void drop_tasks(sy_scheduler *s);
+
 static void *engine_loop(void *arg) {
     sy_scheduler *s = arg;
     slot **started = sy_xcalloc(s->n_slots, sizeof *started);
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->stopping && s->n_busy == 0 && s->queue_head == NULL) pthread_cond_wait(&s->wake, &s->lock);
+        while (!s->stopping && s->n_busy == 0 && s->queue_head == NULL && s->tasks == NULL)
+            pthread_cond_wait(&s->wake, &s->lock);
         if (s->stopping) break;
         sy_gen *dropped = NULL;
         uint32_t n_started = 0;
@@ -935,11 +1092,13 @@ static void *engine_loop(void *arg) {
             slot *sl = &s->slots[i];
             if (sl->phase != SLOT_FREE && atomic_load(&sl->gen->cancelled)) slot_finish(s, sl, "cancelled", NULL);
         }
+        run_tasks(s);
         step(s);
 
         pthread_mutex_lock(&s->lock);
     }
     /* Shutting down: everything still here ends as cancelled. */
+    drop_tasks(s);
     sy_gen *queued = s->queue_head;
     s->queue_head = s->queue_tail = NULL;
     s->n_queued = 0;
@@ -986,10 +1145,12 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_cond_init(&s->wake, &attr);
+    pthread_cond_init(&s->task_done, &attr);
     pthread_condattr_destroy(&attr);
     if (pthread_create(&s->thread, NULL, engine_loop, s) != 0) {
         sy_log(SY_LOG_ERROR, "scheduler: cannot start the engine loop thread");
         pthread_cond_destroy(&s->wake);
+        pthread_cond_destroy(&s->task_done);
         pthread_mutex_destroy(&s->lock);
         free(s->items);
         free(s->item_slots);
@@ -1008,20 +1169,17 @@ void sy_scheduler_destroy(sy_scheduler *s) {
         sy_log(SY_LOG_ERROR, "scheduler: destroy called from its own engine loop (an event callback)");
         abort();
     }
-    pthread_mutex_lock(&s->lock);
-    s->stopping = true;
-    sy_host_call_cancel(&s->step_call);
-    pthread_cond_broadcast(&s->wake);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
+    sy_scheduler_stop(s);
     while (s->parked_list != NULL) parked_free(s, s->parked_list);
     sy_prefix_cache_free(s->cache);
     for (uint32_t i = 0; i < s->n_slots; i++) {
         slot_drop_sequence(s, &s->slots[i]);
+        sy_spec_seq_free(s->slots[i].spec);
         free(s->slots[i].tokens);
         free(s->slots[i].logits);
     }
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->task_done);
     pthread_mutex_destroy(&s->lock);
     free(s->slots);
     free(s->items);
@@ -1058,4 +1216,160 @@ bool sy_scheduler_idle(sy_scheduler *s) {
     bool idle = s->n_busy == 0 && s->n_queued == 0;
     pthread_mutex_unlock(&s->lock);
     return idle;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Snapshot hooks (host/snapshot_store.c, host/api_slots.c): tasks on the loop thread, stopping without freeing,
+ * reading and replacing the sequences of slots and of the host prefix cache. */
+
+typedef struct sched_task {
+    void (*fn)(sy_scheduler *s, void *user);
+    void *user;
+    bool finished, ran;
+    struct sched_task *next;
+} sched_task;
+
+/* Loop thread, no lock held: runs the tasks waiting now, in order. */
+static void run_tasks(sy_scheduler *s) {
+    pthread_mutex_lock(&s->lock);
+    sched_task *t = s->tasks;
+    s->tasks = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (t != NULL) {
+        sched_task *next = t->next; /* t lives on its caller's stack until `finished` */
+        t->fn(s, t->user);
+        pthread_mutex_lock(&s->lock);
+        t->ran = t->finished = true;
+        pthread_cond_broadcast(&s->task_done);
+        pthread_mutex_unlock(&s->lock);
+        t = next;
+    }
+}
+
+/* Lock held, the loop ending: tasks still waiting are answered "not run". */
+static void drop_tasks(sy_scheduler *s) {
+    for (sched_task *t = s->tasks, *next; t != NULL; t = next) {
+        next = t->next;
+        t->finished = true;
+    }
+    s->tasks = NULL;
+    pthread_cond_broadcast(&s->task_done);
+}
+
+int sy_scheduler_run_task(sy_scheduler *s, void (*fn)(sy_scheduler *s, void *user), void *user) {
+    if (s == NULL || fn == NULL || sy_scheduler_on_loop_thread(s)) return -1;
+    sched_task t = {fn, user, false, false, NULL};
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        return -1;
+    }
+    sched_task **link = &s->tasks;
+    while (*link != NULL) link = &(*link)->next;
+    *link = &t;
+    pthread_cond_signal(&s->wake);
+    while (!t.finished) pthread_cond_wait(&s->task_done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    return t.ran ? 0 : -1;
+}
+
+void sy_scheduler_stop(sy_scheduler *s) {
+    if (s == NULL || s->joined) return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    sy_host_call_cancel(&s->step_call);
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    s->joined = true;
+}
+
+uint32_t sy_scheduler_slot_count(const sy_scheduler *s) { return s != NULL ? s->n_slots : 0; }
+
+bool sy_scheduler_get_slot(sy_scheduler *s, uint32_t index, sy_sched_sequence *out) {
+    if (s == NULL || out == NULL || index >= s->n_slots) return false;
+    slot *sl = &s->slots[index];
+    memset(out, 0, sizeof *out);
+    out->slot = (int32_t)index;
+    pthread_mutex_lock(&s->lock);
+    out->busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    out->seq = sl->seq;
+    out->tokens = sl->seq != NULL ? sl->tokens : NULL;
+    out->n_tokens = sl->seq != NULL ? sl->n_tokens : 0;
+    out->last_used = sl->last_used;
+    return true;
+}
+
+size_t sy_scheduler_get_parked(sy_scheduler *s, sy_sched_sequence *out, size_t cap) {
+    if (s == NULL) return 0;
+    size_t n = 0;
+    for (parked *p = s->parked_list; p != NULL; p = p->next, n++) {
+        if (out == NULL || n >= cap) continue;
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].slot = -1;
+        out[n].seq = p->seq;
+        out[n].tokens = sy_prefix_entry_tokens(p->entry);
+        out[n].n_tokens = sy_prefix_entry_length(p->entry);
+        out[n].last_used = p->last_used;
+    }
+    return n;
+}
+
+/* Into the host prefix cache, within its budget (least recently used parked sequences go first). */
+static int adopt_parked(sy_scheduler *s, sy_seq *seq, const int32_t *tokens, uint32_t n) {
+    if (s->opts.cache_tokens == 0 || n > s->opts.cache_tokens) return -1;
+    uint32_t max_sequences = s->lm->info.max_sequences;
+    if (max_sequences != 0 && (uint64_t)s->n_slots + s->n_parked + 1 > max_sequences) return -1;
+    if (sy_prefix_cache_longest(s->cache, tokens, n, NULL) == n) return -1; /* held already */
+    while (s->parked_tokens + n > s->opts.cache_tokens) {
+        parked *lru = NULL;
+        for (parked *p = s->parked_list; p != NULL; p = p->next)
+            if (lru == NULL || p->last_used < lru->last_used) lru = p;
+        if (lru == NULL) return -1;
+        parked_free(s, lru);
+    }
+    parked *p = sy_xcalloc(1, sizeof *p);
+    p->seq = seq;
+    p->entry = sy_prefix_cache_insert(s->cache, tokens, n, p);
+    p->last_used = sy_now_seconds();
+    p->next = s->parked_list;
+    if (p->next) p->next->prev = p;
+    s->parked_list = p;
+    s->parked_tokens += n;
+    s->n_parked++;
+    parked_stats(s);
+    return 0;
+}
+
+int sy_scheduler_adopt_sequence(sy_scheduler *s, int32_t index, sy_seq *seq, const int32_t *tokens,
+                                uint32_t n_tokens) {
+    if (s == NULL || seq == NULL || tokens == NULL || n_tokens == 0 || n_tokens > s->n_ctx) return -1;
+    for (uint32_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->n_vocab) return -1;
+    if (index < 0) return adopt_parked(s, seq, tokens, n_tokens);
+    if ((uint32_t)index >= s->n_slots) return -1;
+    slot *sl = &s->slots[index];
+    pthread_mutex_lock(&s->lock);
+    bool busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (busy) return -1;
+    slot_drop_sequence(s, sl);
+    sl->seq = seq;
+    sl->n_tokens = 0;
+    slot_mirror_append(sl, tokens, n_tokens);
+    sl->last_used = sy_now_seconds();
+    return 0;
+}
+
+long sy_scheduler_erase_slot(sy_scheduler *s, uint32_t index) {
+    if (s == NULL || index >= s->n_slots) return -1;
+    slot *sl = &s->slots[index];
+    pthread_mutex_lock(&s->lock);
+    bool busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (busy) return -1;
+    long n = sl->seq != NULL ? (long)sl->n_tokens : 0;
+    slot_drop_sequence(s, sl);
+    return n;
 }

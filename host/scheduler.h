@@ -34,7 +34,7 @@ typedef struct sy_gen_params {
     bool ignore_eos;                  /* do not stop at end-of-generation tokens */
     uint32_t top_logprobs;            /* 0..SY_GEN_MAX_TOP_LOGPROBS alternatives per token */
     bool logprobs;                    /* report the chosen token's log-probability */
-    bool speculative;                 /* allow the model's drafter (when configured) */
+    bool speculative;                 /* allow the model's drafter (when configured); default true */
 } sy_gen_params;
 
 sy_gen_params sy_gen_params_defaults(void);
@@ -92,6 +92,9 @@ typedef struct sy_scheduler_options {
      * go first), and a later prompt sharing its prefix forks it. Costs the engine's KV memory for those tokens.
      * 0: off (slots still reuse their own and each other's prefixes). */
     uint32_t cache_tokens;
+    /* Speculative decoding (speculative.h): the model's drafter, borrowed (it must outlive the scheduler); NULL:
+     * none. Requests with `speculative` set draft through it. */
+    struct sy_speculator *speculator;
 } sy_scheduler_options;
 
 /* Start the engine loop for a loaded model (the scheduler borrows lm; it must outlive the scheduler). */
@@ -122,6 +125,8 @@ typedef struct sy_scheduler_stats {
     uint32_t max_batch_items;    /* the most sequences one decode call has carried */
     uint32_t parked_sequences;   /* held by the host prefix cache */
     uint64_t parked_tokens;
+    uint64_t drafted_tokens;     /* speculative decoding: tokens proposed and verified */
+    uint64_t accepted_tokens;    /* of those, accepted */
 } sy_scheduler_stats;
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out);
 /* True when no slot is busy and nothing is queued. */
@@ -131,5 +136,39 @@ bool sy_scheduler_full(sy_scheduler *s);
 /* True on the scheduler's own engine-loop thread (inside an event callback): sy_scheduler_destroy must not be
  * called from there. */
 bool sy_scheduler_on_loop_thread(const sy_scheduler *s);
+
+/* ---- KV snapshots (host/snapshot_store.c, host/api_slots.c) ------------------------------------------------
+ * The sequences of the slots and of the host prefix cache may be read and replaced only where the engine loop
+ * cannot run at the same time: inside a task given to sy_scheduler_run_task (it runs on the loop thread between
+ * two steps), after sy_scheduler_stop, or before the first submit. */
+
+typedef struct sy_sched_sequence {
+    int32_t slot;          /* the slot's index, or -1 for a sequence parked in the host prefix cache */
+    bool busy;             /* a generation runs in the slot: its sequence must not be touched */
+    sy_seq *seq;           /* NULL when the slot holds none */
+    const int32_t *tokens; /* the tokens seq holds; valid until the scheduler changes the sequence */
+    uint32_t n_tokens;
+    double last_used;      /* sy_now_seconds() of its last use */
+} sy_sched_sequence;
+
+/* Stop the engine loop as destroy does (queued and running generations end "cancelled") but keep the sequences,
+ * so they can be saved; sy_scheduler_destroy must follow. Idempotent. Not from the loop thread. */
+void sy_scheduler_stop(sy_scheduler *s);
+/* Run fn(s, user) on the engine-loop thread between two steps and wait until it has run. Returns 0, or -1
+ * (fn did not run) when the scheduler is stopping or when called from the loop thread. */
+int sy_scheduler_run_task(sy_scheduler *s, void (*fn)(sy_scheduler *s, void *user), void *user);
+uint32_t sy_scheduler_slot_count(const sy_scheduler *s);
+/* A slot's sequence; false when there is no such slot. */
+bool sy_scheduler_get_slot(sy_scheduler *s, uint32_t slot, sy_sched_sequence *out);
+/* The parked sequences (up to cap of them into out); returns how many there are. */
+size_t sy_scheduler_get_parked(sy_scheduler *s, sy_sched_sequence *out, size_t cap);
+/* Hand the scheduler a sequence holding exactly `tokens` (copied): into slot `slot` when it is not busy (its
+ * previous sequence is freed), or with slot -1 into the host prefix cache when the cache is on and the sequence
+ * fits its budget (least recently used parked sequences make room). 0: the scheduler owns seq now; -1: refused,
+ * the caller still owns it. */
+int sy_scheduler_adopt_sequence(sy_scheduler *s, int32_t slot, sy_seq *seq, const int32_t *tokens,
+                                uint32_t n_tokens);
+/* Free the sequence of a slot that is not busy. Returns the tokens it held, or -1 (busy, or no such slot). */
+long sy_scheduler_erase_slot(sy_scheduler *s, uint32_t slot);
 
 #endif
