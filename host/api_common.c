@@ -764,6 +764,8 @@ static void gen_record(sy_api_gen *g, const sy_api_event *ev) {
     } else if (ev->type != SY_GEN_EVENT_TEXT) {
         sy_metrics_tokens(metrics, g->model_name, ev->usage.prompt_tokens, ev->usage.cached_tokens,
                           ev->usage.completion_tokens);
+        if (ev->usage.drafted_tokens != 0)
+            sy_metrics_draft_tokens(metrics, g->model_name, ev->usage.drafted_tokens, ev->usage.accepted_tokens);
     }
 }
 
@@ -962,7 +964,7 @@ void sy_api_running(sy_http_request *r) {
         cJSON_AddStringToObject(o, "state", model_state_name(st[i].state));
         cJSON_AddStringToObject(o, "plugin", st[i].plugin ? st[i].plugin : "");
         cJSON_AddStringToObject(o, "path", st[i].path ? st[i].path : "");
-        cJSON_AddNumberToObject(o, "ttl", st[i].ttl_s);
+        cJSON_AddNumberToObject(o, "ttl", (double)st[i].ttl_in_effect_s); /* a keep_alive's, else the config's */
         cJSON_AddNumberToObject(o, "idle_seconds", st[i].idle_seconds);
         cJSON_AddNumberToObject(o, "memory_bytes", (double)st[i].memory_bytes);
         cJSON_AddNumberToObject(o, "slots_busy", st[i].sched.slots_busy);

@@ -73,18 +73,28 @@ static int parse_duration_string(const char *s, double *seconds) {
     return 0;
 }
 
-static int parse_keep_alive(const cJSON *body, double *seconds, bool *present, sy_api_error *e) {
+/* The model's idle ttl a request asks for (sy_model_manager_set_ttl's units): SY_MODEL_TTL_CONFIGURED without
+ * keep_alive (Ollama falls back to its default, which the config's ttl stands for), SY_MODEL_TTL_FOREVER for a
+ * negative one, 0 to unload after the request, else whole seconds rounded up (so "300ms" keeps it for 1 s). */
+static int parse_keep_alive(const cJSON *body, int64_t *ttl, sy_api_error *e) {
+    *ttl = SY_MODEL_TTL_CONFIGURED;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "keep_alive");
-    *present = v != NULL && !cJSON_IsNull(v);
-    if (!*present) return 0;
+    if (v == NULL || cJSON_IsNull(v)) return 0;
     double s;
     if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) s = v->valuedouble;
     else if (!cJSON_IsString(v) || parse_duration_string(v->valuestring, &s) != 0)
         return sy_api_fail(e, 400, "invalid_value", "keep_alive",
                            "keep_alive must be a duration such as \"5m\", \"1h\" or \"300s\", a number of seconds, or "
                            "a negative value for forever");
-    *seconds = s < 0 ? -1 : s;
+    if (s < 0 || !(s < (double)INT32_MAX)) *ttl = SY_MODEL_TTL_FOREVER; /* beyond 68 years is forever too */
+    else *ttl = (int64_t)ceil(s);
     return 0;
+}
+
+/* Applies a request's keep_alive to the model it acquired. */
+static void apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl) {
+    if (sy_model_manager_set_ttl(sy_server_manager(sy_http_server(r)), model_name, ttl) != 0)
+        sy_log(SY_LOG_WARN, "ollama: keep_alive: model %s went away", model_name);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -252,7 +262,8 @@ static void respond_collected(sy_http_request *r, ollama_request *q, sy_api_gen 
 }
 
 /* A request without a prompt loads the model (or, with keep_alive 0, unloads it), as Ollama does. */
-static void load_or_unload(sy_http_request *r, ollama_request *q, const char *model_name, bool unload) {
+static void load_or_unload(sy_http_request *r, ollama_request *q, const char *model_name, int64_t keep_alive) {
+    bool unload = keep_alive == 0;
     sy_api_error e;
     memset(&e, 0, sizeof e);
     const char *reason;
@@ -272,6 +283,7 @@ static void load_or_unload(sy_http_request *r, ollama_request *q, const char *mo
             return;
         }
         q->load_seconds = m.acquire_seconds;
+        apply_keep_alive(r, m.name, keep_alive);
         sy_api_model_release(&m);
         reason = "load";
     }
@@ -297,8 +309,8 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     sy_gen_params params;
     const char *model_name = NULL;
     const char *prompt = NULL, *system = NULL;
-    bool stream = true, raw = false, have_keep_alive = false;
-    double keep_alive = 0;
+    bool stream = true, raw = false;
+    int64_t keep_alive = SY_MODEL_TTL_CONFIGURED;
     sy_api_gen *g = NULL;
 
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
@@ -311,12 +323,9 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     snprintf(q->model, sizeof q->model, "%s", model_name);
     if (refuse_unsupported(body, &e) != 0) goto fail;
     if (sy_json_get_bool(body, NULL, "stream", &stream, NULL, &e) != 0) goto fail;
-    if (parse_keep_alive(body, &keep_alive, &have_keep_alive, &e) != 0) goto fail;
+    if (parse_keep_alive(body, &keep_alive, &e) != 0) goto fail;
     if (parse_options(body, &params, &e) != 0) goto fail;
-    bool unload_now = have_keep_alive && keep_alive == 0;
-    if (have_keep_alive && keep_alive != 0)
-        sy_log(SY_LOG_DEBUG, "ollama: keep_alive %g s for %s: idle unloading follows the model's configured ttl",
-               keep_alive, q->model);
+    bool unload_now = keep_alive == 0;
 
     bool empty;
     if (chat) {
@@ -331,7 +340,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         empty = prompt == NULL || prompt[0] == '\0';
     }
     if (empty) {
-        load_or_unload(r, q, model_name, unload_now);
+        load_or_unload(r, q, model_name, keep_alive);
         cJSON_Delete(body);
         sy_api_messages_free(&messages);
         free(q);
@@ -340,6 +349,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
 
     if (sy_api_acquire(r, model_name, &m, &e) != 0) goto fail;
     q->load_seconds = m.acquire_seconds;
+    apply_keep_alive(r, m.name, keep_alive);
     if (chat) {
         size_t len = 0;
         if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
@@ -577,10 +587,10 @@ void sy_api_ollama_ps(sy_http_request *r) {
         cJSON_AddStringToObject(o, "digest", f.digest);
         cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
         char expires[48];
-        if (st.ttl_s == 0) {
+        if (st.ttl_in_effect_s < 0) {
             snprintf(expires, sizeof expires, "9999-12-31T23:59:59Z");
         } else {
-            double left = (double)st.ttl_s - st.idle_seconds;
+            double left = (double)st.ttl_in_effect_s - st.idle_seconds;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             rfc3339(expires, sizeof expires, ts.tv_sec + (time_t)(left > 0 ? left : 0), 0);

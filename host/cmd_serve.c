@@ -208,6 +208,7 @@ int sy_cmd_serve(int argc, char **argv) {
     memset(&so, 0, sizeof so);
     so.listen = st.listen;
     so.max_request_body = cfg->host.max_request_body;
+    so.max_connections = cfg->host.max_connections;
     char err[1024];
     st.server = sy_server_start(&so, cfg, st.mm, metrics, err, sizeof err); /* cfg now belongs to the server */
     if (st.server == NULL) {

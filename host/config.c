@@ -68,8 +68,10 @@ static const key_spec host_keys[] = {
     {"max_memory", V_SIZE, HOST_FIELD(max_memory), 0, (uint64_t)1 << 50},
     {"api_keys", V_KEY_LIST, HOST_FIELD(api_keys), 0, 0},
     {"log_level", V_LOG_LEVEL, HOST_FIELD(log_level), 0, 0},
-    {"http_threads", V_U32, HOST_FIELD(http_threads), 1, 256},
+    {"http_threads", V_U32, HOST_FIELD(http_threads), 1, 256}, /* deprecated: warned about, ignored */
+    {"max_connections", V_U32, HOST_FIELD(max_connections), 1, 65536},
     {"max_request_body", V_SIZE, HOST_FIELD(max_request_body), 1024, (uint64_t)1 << 30},
+    {"resume_max_bytes", V_SIZE, HOST_FIELD(resume_max_bytes), (uint64_t)1 << 20, (uint64_t)1 << 50},
     {"load_timeout", V_SECONDS, HOST_FIELD(load_timeout_s), 1, 86400},
 };
 
@@ -89,6 +91,7 @@ static const key_spec model_keys[] = {
     {"persist_on_unload", V_BOOL, MODEL_FIELD(persist_on_unload), 0, 0},
     {"max_queue", V_U32, MODEL_FIELD(max_queue), 0, 65536},
     {"queue_timeout", V_SECONDS, MODEL_FIELD(queue_timeout_s), 0, 86400},
+    {"prefix_cache_tokens", V_U32, MODEL_FIELD(prefix_cache_tokens), 0, (uint64_t)1 << 24},
     /* Engine options: checked here, passed to the plugin's load() as key=value. */
     {"threads", V_U32, ENGINE_OPTION, 1, 1024},
     {"ctx_size", V_U32, ENGINE_OPTION, 0, (uint64_t)1 << 24},
@@ -740,6 +743,7 @@ static void model_defaults(sy_config_model *m) {
     m->persist_on_unload = true;
     m->max_queue = 64;
     m->queue_timeout_s = 600;
+    m->prefix_cache_tokens = SY_CONFIG_DEFAULT_PREFIX_CACHE_TOKENS;
 }
 
 static void group_defaults(sy_config_group *g) {
@@ -888,6 +892,10 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
         c->seen[i] = c->lineno;
         c->last_spec = &specs[i];
         set_value(c, &specs[i], obj, value);
+        /* The HTTP server runs one thread per connection: a thread count has nothing to set. */
+        if (c->section == SEC_HOST && strcmp(key, "http_threads") == 0)
+            key_warning(c, key, "is deprecated and ignored (the server runs one thread per connection); "
+                                "max_connections bounds the connections");
         return;
     }
     if (c->section == SEC_MODEL && strncmp(key, ENGINE_PREFIX, strlen(ENGINE_PREFIX)) == 0) {
@@ -1268,7 +1276,9 @@ static sy_config *new_config(const char *source, const char *base_dir) {
     cfg->host.listen = sy_strdup("127.0.0.1:8080");
     cfg->host.log_level = SY_LOG_WARN;
     cfg->host.http_threads = 4;
+    cfg->host.max_connections = SY_CONFIG_DEFAULT_MAX_CONNECTIONS;
     cfg->host.max_request_body = (uint64_t)16 << 20;
+    cfg->host.resume_max_bytes = SY_CONFIG_DEFAULT_RESUME_MAX_BYTES;
     cfg->host.load_timeout_s = 600;
     return cfg;
 }

@@ -26,6 +26,11 @@
 #define SY_CONFIG_MAX_PATH_LEN 4096   /* a path after ~ expansion and resolution */
 #define SY_CONFIG_MAX_DIAGNOSTICS 100 /* errors (and, separately, warnings) kept; the rest are counted */
 
+/* Defaults of keys that other code needs to know. */
+#define SY_CONFIG_DEFAULT_MAX_CONNECTIONS 256u
+#define SY_CONFIG_DEFAULT_PREFIX_CACHE_TOKENS 8192u
+#define SY_CONFIG_DEFAULT_RESUME_MAX_BYTES ((uint64_t)4 << 30)
+
 /* The name of the group of models that name no group. */
 #define SY_CONFIG_DEFAULT_GROUP "default"
 
@@ -54,8 +59,10 @@ typedef struct sy_config_host {
     sy_config_list api_keys;   /* empty: no authentication */
     sy_log_level log_level;    /* meaningful only when log_level_set */
     bool log_level_set;
-    uint32_t http_threads;       /* default 4 */
+    uint32_t http_threads;       /* deprecated and ignored (one thread per connection); default 4 */
+    uint32_t max_connections;    /* connections the HTTP server holds at once; default 256 */
     uint64_t max_request_body;   /* bytes; default 16 MiB */
+    uint64_t resume_max_bytes;   /* bytes each model's snapshot folder may hold; default 4 GiB */
     uint32_t load_timeout_s;     /* how long a request waits for its model to load; default 600 */
     unsigned line;               /* of the [host] header; 0 when there is none */
 } sy_config_host;
@@ -79,6 +86,7 @@ typedef struct sy_config_model {
     bool persist_on_unload;    /* snapshot warm slots when unloaded; default true */
     uint32_t max_queue;        /* requests waiting for a free slot; more are refused (429); default 64 */
     uint32_t queue_timeout_s;  /* how long a request may wait for a slot; 0: no limit; default 600 */
+    uint32_t prefix_cache_tokens; /* the host prefix cache's budget of parked tokens; 0: off; default 8192 */
     /* Engine options handed to the plugin's load(), normalized as the command line passes them
      * ("threads"="8", "keep_kv_cache"="1", kv_cache_dir paths resolved) and engine.KEY options verbatim, in config order.
      * The strings are owned by the config. */

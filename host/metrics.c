@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "api_common.h"
+#include "snapshot.h"
+#include "snapshot_store.h"
 #include "util.h"
 
 /* Upper bounds (seconds) of the histogram buckets; +Inf is implicit. */
@@ -34,6 +36,7 @@ typedef struct request_series {
 typedef struct model_tokens {
     char model[SY_CONFIG_MAX_NAME_LEN + 1];
     uint64_t prompt, cached, generated;
+    uint64_t drafted, accepted; /* speculative decoding */
 } model_tokens;
 
 struct sy_metrics {
@@ -85,10 +88,9 @@ void sy_metrics_request(sy_metrics *m, const char *endpoint, int status) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void sy_metrics_tokens(sy_metrics *m, const char *model, uint64_t prompt, uint64_t cached, uint64_t generated) {
-    if (m == NULL) return;
+/* The token counters of a model, made when new (the last one is "other" once the table is full). Lock held. */
+static model_tokens *tokens_of(sy_metrics *m, const char *model) {
     if (model == NULL || strlen(model) >= sizeof m->tokens[0].model) model = "other";
-    pthread_mutex_lock(&m->lock);
     size_t i;
     for (i = 0; i < m->n_tokens; i++)
         if (strcmp(m->tokens[i].model, model) == 0) break;
@@ -101,9 +103,25 @@ void sy_metrics_tokens(sy_metrics *m, const char *model, uint64_t prompt, uint64
             m->n_tokens++;
         }
     }
-    m->tokens[i].prompt += prompt;
-    m->tokens[i].cached += cached;
-    m->tokens[i].generated += generated;
+    return &m->tokens[i];
+}
+
+void sy_metrics_tokens(sy_metrics *m, const char *model, uint64_t prompt, uint64_t cached, uint64_t generated) {
+    if (m == NULL) return;
+    pthread_mutex_lock(&m->lock);
+    model_tokens *t = tokens_of(m, model);
+    t->prompt += prompt;
+    t->cached += cached;
+    t->generated += generated;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void sy_metrics_draft_tokens(sy_metrics *m, const char *model, uint64_t drafted, uint64_t accepted) {
+    if (m == NULL) return;
+    pthread_mutex_lock(&m->lock);
+    model_tokens *t = tokens_of(m, model);
+    t->drafted += drafted;
+    t->accepted += accepted;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -170,8 +188,8 @@ typedef uint64_t (*model_value_fn)(const sy_model_status *st);
 static uint64_t v_memory(const sy_model_status *st) { return st->memory_bytes; }
 static uint64_t v_slots(const sy_model_status *st) { return st->sched.slots_busy; }
 static uint64_t v_queue(const sy_model_status *st) { return st->sched.queue_depth; }
-static uint64_t v_drafted(const sy_model_status *st) { return st->sched.drafted_tokens; }
-static uint64_t v_accepted(const sy_model_status *st) { return st->sched.accepted_tokens; }
+static uint64_t v_parked_sequences(const sy_model_status *st) { return st->sched.parked_sequences; }
+static uint64_t v_parked_tokens(const sy_model_status *st) { return st->sched.parked_tokens; }
 
 static void render_model_gauge(sy_buf *b, const char *name, const char *help, const sy_model_status *models,
                                size_t n, model_value_fn value) {
@@ -181,6 +199,38 @@ static void render_model_gauge(sy_buf *b, const char *name, const char *help, co
         put_label(b, models[i].name ? models[i].name : "");
         sy_buf_printf(b, "\"} %llu\n", (unsigned long long)value(&models[i]));
     }
+}
+
+/* The KV snapshot counters are the process's (snapshot_store.h), not one sy_metrics object's. */
+static void render_snapshot_counters(sy_buf *b) {
+    sy_snapshot_counters c;
+    sy_snapshot_get_counters(&c);
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } kinds[] = {
+        {"switchyard_snapshots_written_total", "KV snapshot files written (unload, shutdown, slot save).",
+         offsetof(sy_snapshot_counters, written)},
+        {"switchyard_snapshot_write_failures_total", "KV snapshot writes that failed (full disk, engine refused).",
+         offsetof(sy_snapshot_counters, write_failures)},
+        {"switchyard_snapshot_written_bytes_total", "Bytes of KV snapshot files written.",
+         offsetof(sy_snapshot_counters, bytes_written)},
+        {"switchyard_snapshots_restored_total", "Sequences restored from KV snapshots.",
+         offsetof(sy_snapshot_counters, restored)},
+        {"switchyard_snapshot_restored_tokens_total", "Tokens whose prefill a snapshot restore saved.",
+         offsetof(sy_snapshot_counters, restored_tokens)},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&c + kinds[k].offset, sizeof v);
+        header(b, kinds[k].name, "counter", kinds[k].help);
+        sy_buf_printf(b, "%s %llu\n", kinds[k].name, (unsigned long long)v);
+    }
+    header(b, "switchyard_snapshots_rejected_total", "counter",
+           "KV snapshots skipped at restore, by reason (key: another model or layout; checksum: damaged; ...).");
+    for (int e = SY_SNAPSHOT_OK + 1; e < SY_SNAPSHOT_N_ERRORS; e++)
+        sy_buf_printf(b, "switchyard_snapshots_rejected_total{reason=\"%s\"} %llu\n",
+                      sy_snapshot_error_name((sy_snapshot_error)e), (unsigned long long)c.rejected_by[e]);
 }
 
 char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_models,
@@ -204,6 +254,10 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         {"switchyard_cached_tokens_total", "Prompt tokens whose KV was reused instead of prefilled.",
          offsetof(model_tokens, cached)},
         {"switchyard_generated_tokens_total", "Tokens generated.", offsetof(model_tokens, generated)},
+        {"switchyard_draft_tokens_total", "Tokens drafted for speculative decoding and verified by the model.",
+         offsetof(model_tokens, drafted)},
+        {"switchyard_draft_accepted_tokens_total", "Drafted tokens the model accepted.",
+         offsetof(model_tokens, accepted)},
     };
     for (size_t k = 0; k < sizeof token_kinds / sizeof *token_kinds; k++) {
         header(&b, token_kinds[k].name, "counter", token_kinds[k].help);
@@ -249,11 +303,13 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         render_model_gauge(&b, "switchyard_slots_busy", "Slots generating now.", models, n_models, v_slots);
         render_model_gauge(&b, "switchyard_queue_depth", "Requests waiting for a free slot.", models, n_models,
                            v_queue);
-        render_model_gauge(&b, "switchyard_draft_tokens", "Tokens drafted for speculative decoding since the model "
-                           "was loaded.", models, n_models, v_drafted);
-        render_model_gauge(&b, "switchyard_draft_accepted_tokens", "Drafted tokens the model accepted since it was "
-                           "loaded.", models, n_models, v_accepted);
+        render_model_gauge(&b, "switchyard_prefix_cache_sequences", "Sequences parked in the host prefix cache.",
+                           models, n_models, v_parked_sequences);
+        render_model_gauge(&b, "switchyard_prefix_cache_tokens",
+                           "Tokens of the sequences parked in the host prefix cache (prefix_cache_tokens bounds it).",
+                           models, n_models, v_parked_tokens);
     }
+    render_snapshot_counters(&b);
     if (len != NULL) *len = b.len;
     return sy_buf_take(&b);
 }

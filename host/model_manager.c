@@ -47,6 +47,7 @@ typedef struct mm_model {
     sy_option *options; /* deep copies */
     size_t n_options;
     uint32_t ttl_s, parallel, max_queue, queue_timeout_s;
+    uint32_t prefix_cache_tokens; /* the scheduler's host prefix cache budget; 0: off */
     bool preload;
     bool persist_on_unload; /* KV snapshots at swap and ttl unloads (shutdown always saves) */
     sy_config_draft draft;  /* speculative decoding: none, ngram, or the model named draft_model */
@@ -63,6 +64,9 @@ typedef struct mm_model {
     sy_loaded_model lm;
     sy_scheduler *sched;
     double last_used;
+    /* A keep_alive override of ttl_s for the current load (sy_model_manager_set_ttl); an unload ends it. */
+    bool ttl_override_set;
+    int64_t ttl_override_s; /* < 0: never unload when idle; 0: as soon as idle; else seconds */
     uint64_t memory_bytes; /* last measured; after an unload, the estimate for the next load */
     bool measured;
     uint64_t load_failures;
@@ -100,6 +104,7 @@ struct sy_model_manager {
     /* KV snapshots ([host] resume_path, resume, resume_no_host_cache; snapshot_store.h). */
     char *resume_path; /* NULL: no snapshots */
     bool resume, resume_no_host_cache;
+    uint64_t resume_max_bytes; /* each model's snapshot folder; 0: the store's default */
 };
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -154,6 +159,7 @@ static mm_model *model_from_config(const sy_config_model *c) {
     m->parallel = c->parallel ? c->parallel : 1;
     m->max_queue = c->max_queue;
     m->queue_timeout_s = c->queue_timeout_s;
+    m->prefix_cache_tokens = c->prefix_cache_tokens;
     m->preload = c->preload;
     m->persist_on_unload = c->persist_on_unload;
     m->draft = c->draft;
@@ -172,7 +178,8 @@ static bool same_string(const char *a, const char *b) {
 /* Would the loaded instance of `a` differ from one loaded with `b`'s settings? */
 static bool same_instance(const mm_model *a, const mm_model *b) {
     if (!same_string(a->plugin, b->plugin) || !same_string(a->path, b->path)) return false;
-    if (a->parallel != b->parallel || a->max_queue != b->max_queue || a->queue_timeout_s != b->queue_timeout_s)
+    if (a->parallel != b->parallel || a->max_queue != b->max_queue || a->queue_timeout_s != b->queue_timeout_s ||
+        a->prefix_cache_tokens != b->prefix_cache_tokens)
         return false;
     if (a->draft != b->draft || !same_string(a->draft_model, b->draft_model) || a->draft_max != b->draft_max ||
         a->draft_min != b->draft_min)
@@ -270,6 +277,12 @@ static void retire(sy_model_manager *mm, mm_model *m) {
 }
 
 static double seconds_now(void) { return sy_now_seconds(); }
+
+/* Idle seconds before an unload: a keep_alive override, else the configured ttl; -1: never. */
+static int64_t effective_ttl(const mm_model *m) {
+    if (m->ttl_override_set) return m->ttl_override_s < 0 ? -1 : m->ttl_override_s;
+    return m->ttl_s != 0 ? (int64_t)m->ttl_s : -1;
+}
 
 /* Waits for a change; false once `deadline` (sy_now_seconds; 0: none) has passed. */
 static bool wait_change(sy_model_manager *mm, double deadline) {
@@ -369,12 +382,14 @@ static void perform_unload(sy_model_manager *mm, mm_model *m) {
     /* Warm KV goes to snapshots at shutdown, and at other unloads unless the model says not to. */
     char *resume_path = (mm->destroying || m->persist_on_unload) ? dup_or_null(mm->resume_path) : NULL;
     bool keep_parked = !mm->resume_no_host_cache;
+    uint64_t budget = mm->resume_max_bytes;
+    m->ttl_override_set = false; /* a keep_alive lasts for one load */
     pthread_mutex_unlock(&mm->lock);
     double t0 = seconds_now();
     bool saved = false;
     if (resume_path != NULL && sched != NULL) {
         sy_scheduler_stop(sched);
-        saved = sy_snapshot_persist_model(resume_path, name, &m->lm, sched, keep_parked, 0) > 0;
+        saved = sy_snapshot_persist_model(resume_path, name, &m->lm, sched, keep_parked, budget) > 0;
     }
     free(resume_path);
     sy_scheduler_destroy(sched);
@@ -540,6 +555,7 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->resume_path = dup_or_null(cfg->host.resume_path);
     mm->resume = cfg->host.resume;
     mm->resume_no_host_cache = cfg->host.resume_no_host_cache;
+    mm->resume_max_bytes = cfg->host.resume_max_bytes;
     return mm;
 }
 
@@ -729,6 +745,7 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
     /* KV snapshots come back with --resume, or when this process saved them at the model's last unload. */
     char *resume_path = (mm->resume || m->snapshots_saved) ? dup_or_null(mm->resume_path) : NULL;
     bool into_host_cache = !mm->resume_no_host_cache;
+    uint64_t budget = mm->resume_max_bytes;
     draft_plan plan;
     draft_plan_take(mm, m, &plan);
     pthread_mutex_unlock(&mm->lock);
@@ -745,6 +762,7 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
         opts.parallel = m->parallel;
         opts.max_queue = m->max_queue;
         opts.queue_timeout_s = m->queue_timeout_s;
+        opts.cache_tokens = m->prefix_cache_tokens;
         drafting_start(mm, m, &plan);
         opts.speculator = m->speculator;
         sched = sy_scheduler_create(&m->lm, &opts);
@@ -755,7 +773,7 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
             rc = -1;
         } else if (resume_path != NULL) {
             /* Before the model reports ready: no request has reached the scheduler yet. */
-            sy_snapshot_resume_model(resume_path, m->name, &m->lm, sched, into_host_cache, 0);
+            sy_snapshot_resume_model(resume_path, m->name, &m->lm, sched, into_host_cache, budget);
         }
     }
     free(resume_path);
@@ -976,16 +994,39 @@ void sy_model_manager_tick(sy_model_manager *mm) {
         for (size_t i = 0; i < n_entries(mm) && !again; i++) {
             mm_model *m = entry_at(mm, i);
             if (m->state != SY_MODEL_READY || m->leases != 0) continue;
-            bool expired = m->ttl_s != 0 && now - m->last_used >= (double)m->ttl_s;
+            int64_t ttl = effective_ttl(m);
+            bool expired = ttl >= 0 && now - m->last_used >= (double)ttl;
             if (!expired && !m->retired) continue;
             if (!sy_scheduler_idle(m->sched)) continue; /* leases end after the requests; belt and braces */
-            if (expired) sy_log(SY_LOG_INFO, "model %s idle for %u s: unloading", m->name, (unsigned)m->ttl_s);
+            if (expired)
+                sy_log(SY_LOG_INFO, "model %s idle for %lld s%s: unloading", m->name, (long long)ttl,
+                       m->ttl_override_set ? " (keep_alive)" : "");
             request_unload(m, false);
             if (try_claim_unload(m)) perform_unload(mm, m);
             again = true;
         }
     }
     pthread_mutex_unlock(&mm->lock);
+}
+
+int sy_model_manager_set_ttl(sy_model_manager *mm, const char *name_or_alias, int64_t seconds) {
+    if (mm == NULL || name_or_alias == NULL) return -1;
+    pthread_mutex_lock(&mm->lock);
+    mm_model *m = find_current(mm, name_or_alias);
+    if (m == NULL) {
+        pthread_mutex_unlock(&mm->lock);
+        return -1;
+    }
+    if (seconds == SY_MODEL_TTL_CONFIGURED) {
+        m->ttl_override_set = false;
+    } else {
+        m->ttl_override_set = true;
+        m->ttl_override_s = seconds < 0 ? -1 : seconds;
+    }
+    /* The idle clock restarts now, as a request's end restarts it. */
+    if (m->leases == 0) m->last_used = seconds_now();
+    pthread_mutex_unlock(&mm->lock);
+    return 0;
 }
 
 int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
@@ -1040,6 +1081,7 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     mm->resume_path = dup_or_null(cfg->host.resume_path);
     mm->resume = cfg->host.resume;
     mm->resume_no_host_cache = cfg->host.resume_no_host_cache;
+    mm->resume_max_bytes = cfg->host.resume_max_bytes;
     sy_log(SY_LOG_INFO, "config reloaded: %zu models added, %zu changed, %zu removed", added, changed, removed);
     /* Retired models without leases go now; the others when their last request ends. */
     while (claim_any_pending(mm)) {
@@ -1065,6 +1107,7 @@ size_t sy_model_manager_status(sy_model_manager *mm, sy_model_status *out, size_
         st->path = m->path;
         st->state = m->state;
         st->ttl_s = m->ttl_s;
+        st->ttl_in_effect_s = effective_ttl(m);
         if (m->state == SY_MODEL_READY) {
             m->memory_bytes = measure(m);
             st->memory_bytes = m->memory_bytes;

@@ -56,6 +56,15 @@ int sy_model_manager_unload(sy_model_manager *mm, const char *name_or_alias);
  * config with errors nothing changes and -1 is returned. */
 int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg);
 
+/* Override a model's ttl for as long as it stays loaded (Ollama's keep_alive): unloaded once idle for `seconds`;
+ * SY_MODEL_TTL_FOREVER (any negative) never while idle; 0 as soon as it is idle (at the next tick);
+ * SY_MODEL_TTL_CONFIGURED back to the config's ttl. An unload ends the override: the next load starts with the
+ * configured ttl. A model that is not loaded keeps the override for its next load. The idle clock restarts.
+ * Returns 0, or -1 when the name is unknown. */
+#define SY_MODEL_TTL_FOREVER ((int64_t)-1)
+#define SY_MODEL_TTL_CONFIGURED INT64_MIN
+int sy_model_manager_set_ttl(sy_model_manager *mm, const char *name_or_alias, int64_t seconds);
+
 /* Unload models idle past their ttl; the server calls it about once a second. */
 void sy_model_manager_tick(sy_model_manager *mm);
 
@@ -74,7 +83,8 @@ typedef struct sy_model_status {
     sy_model_state state;
     uint64_t memory_bytes;   /* measured through the engine's memory_usage when loaded */
     double idle_seconds;
-    uint32_t ttl_s;
+    uint32_t ttl_s;          /* configured; 0: never */
+    int64_t ttl_in_effect_s; /* the idle seconds before an unload now (ttl_s or a keep_alive override); -1: never */
     sy_scheduler_stats sched; /* zero when not loaded */
 } sy_model_status;
 

@@ -1028,6 +1028,15 @@ static void step(sy_scheduler *s) {
         for (uint32_t k = 0; k < n_items; k++) slot_advance(s, s->item_slots[k], &s->items[k]);
         return;
     }
+    /* Out of (KV) memory: the parked sequences of the host prefix cache only save prefill, so they give way to the
+     * requests and the step runs again (a failed decode leaves the sequences as they were). */
+    if (st == SY_ERR_OUT_OF_MEMORY && s->n_parked > 0) {
+        sy_log(SY_LOG_INFO, "scheduler: the engine is out of memory (%s): dropping the %u parked sequences of the "
+               "host prefix cache", msg, (unsigned)s->n_parked);
+        while (s->parked_list != NULL) parked_free(s, s->parked_list);
+        parked_stats(s);
+        return;
+    }
     /* The batch failed as a whole: find whose part fails by decoding each alone, so one bad request does not
      * take the others down. */
     if (n_items == 1) {

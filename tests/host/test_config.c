@@ -77,8 +77,9 @@ static void test_full_config(void **state) {
                            "max_memory = 8G\n"
                            "api_keys = key-one, key-two\n"
                            "log_level = debug\n"
-                           "http_threads = 16\n"
+                           "max_connections = 16\n"
                            "max_request_body = 1M\n"
+                           "resume_max_bytes = 512M\n"
                            "load_timeout = 2m\n"
                            "\n"
                            "[model.qwen-0.5b]\n"
@@ -97,6 +98,7 @@ static void test_full_config(void **state) {
                            "persist_on_unload = false\n"
                            "max_queue = 10\n"
                            "queue_timeout = 30s\n"
+                           "prefix_cache_tokens = 4096\n"
                            "threads = 8\n"
                            "ctx_size = 4096\n"
                            "kv_cache_dir = ~/kv, /fast/kv\n"
@@ -131,21 +133,23 @@ static void test_full_config(void **state) {
     assert_string_equal(h->api_keys.items[1], "key-two");
     assert_true(h->log_level_set);
     assert_int_equal(h->log_level, SY_LOG_DEBUG);
-    assert_int_equal(h->http_threads, 16);
+    assert_int_equal(h->max_connections, 16);
+    assert_int_equal(h->http_threads, 4); /* not given: the deprecated key's default */
     assert_int_equal(h->max_request_body, 1 << 20);
+    assert_int_equal(h->resume_max_bytes, (uint64_t)512 << 20);
     assert_int_equal(h->load_timeout_s, 120);
     assert_int_equal(h->line, 3);
 
     assert_int_equal(cfg->n_models, 2);
     const sy_config_model *m = &cfg->models[0];
     assert_string_equal(m->name, "qwen-0.5b");
-    assert_int_equal(m->line, 17);
+    assert_int_equal(m->line, 18);
     assert_string_equal(m->plugin, "gguf-quant");
     assert_string_equal(m->path, "/base/models/qwen.gguf");
     assert_int_equal(m->aliases.count, 2);
     assert_string_equal(m->aliases.items[0], "gpt-4o-mini");
     assert_string_equal(m->aliases.items[1], "qwen");
-    assert_int_equal(m->aliases.lines[1], 20);
+    assert_int_equal(m->aliases.lines[1], 21);
     assert_string_equal(m->group, "cpu");
     assert_int_equal(m->ttl_s, 300);
     assert_int_equal(m->parallel, 4);
@@ -159,6 +163,7 @@ static void test_full_config(void **state) {
     assert_false(m->persist_on_unload);
     assert_int_equal(m->max_queue, 10);
     assert_int_equal(m->queue_timeout_s, 30);
+    assert_int_equal(m->prefix_cache_tokens, 4096);
 
     assert_int_equal(m->n_options, 8);
     assert_string_equal(sy_config_model_option(m, "threads"), "8");
@@ -201,7 +206,9 @@ static void test_defaults(void **state) {
     assert_int_equal(cfg->host.max_memory, 0);
     assert_int_equal(cfg->host.api_keys.count, 0);
     assert_int_equal(cfg->host.http_threads, 4);
+    assert_int_equal(cfg->host.max_connections, 256);
     assert_int_equal(cfg->host.max_request_body, 16 << 20);
+    assert_int_equal(cfg->host.resume_max_bytes, (uint64_t)4 << 30);
     assert_int_equal(cfg->host.load_timeout_s, 600);
     assert_int_equal(cfg->host.line, 0);
 
@@ -219,6 +226,7 @@ static void test_defaults(void **state) {
     assert_true(m->persist_on_unload);
     assert_int_equal(m->max_queue, 64);
     assert_int_equal(m->queue_timeout_s, 600);
+    assert_int_equal(m->prefix_cache_tokens, 8192);
     assert_int_equal(m->n_options, 0);
 
     /* A model without a group lands in the implicit default group, which swaps and is exclusive. */
@@ -316,6 +324,12 @@ static void test_units(void **state) {
     cfg = parse("[host]\nmax_memory = 2048T\n");
     assert_single_error(cfg, "cfg.ini:2: [host] max_memory: '2048T' is out of range (0..1024T bytes)");
     sy_config_free(cfg);
+    cfg = parse("[host]\nresume_max_bytes = 64K\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] resume_max_bytes: '64K' is out of range (1M..1024T bytes)");
+    sy_config_free(cfg);
+    cfg = parse("[host]\nmax_connections = 0\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] max_connections: '0' is out of range (1..65536)");
+    sy_config_free(cfg);
 }
 
 /* The message format of the brief, word for word. */
@@ -352,6 +366,8 @@ static void test_bad_values(void **state) {
         {"aliases = -dash", "cfg.ini:4: [model.a] aliases: '-dash' is not a name (letters, digits and . _ - : / @ +, starting with a letter or digit, at most 128)"},
         {"group = a b", "cfg.ini:4: [model.a] group: 'a b' is not a name (letters, digits and . _ - : / @ +, starting with a letter or digit, at most 128)"},
         {"chat_template_file = ~bob/t", "cfg.ini:4: [model.a] chat_template_file: '~bob/t': '~user' paths are not supported; write the full path"},
+        {"prefix_cache_tokens = 16777217", "cfg.ini:4: [model.a] prefix_cache_tokens: '16777217' is out of range (0..16777216)"},
+        {"prefix_cache_tokens = lots", "cfg.ini:4: [model.a] prefix_cache_tokens: 'lots' is not a whole number"},
         {"engine.bad key = 1", "cfg.ini:4: [model.a] engine.bad key: 'bad key' is not an option name (1 to 64 letters, digits, '.', '_' or '-')"},
         {"= 5", "cfg.ini:4: [model.a]: a key name is missing before '='"},
     };
@@ -601,6 +617,15 @@ static void test_warnings(void **state) {
     assert_string_equal(cfg->warnings[2],
                         "cfg.ini:4: unknown section [extras] is ignored (known: [host], [model.NAME], [group.NAME])");
     assert_string_equal(cfg->warnings[3], "cfg.ini:10: [model.a] tll: unknown key is ignored");
+    sy_config_free(cfg);
+
+    /* http_threads is still read (an old config keeps working) but does nothing: said once, as a warning. */
+    cfg = parse("[host]\nhttp_threads = 8\nmax_connections = 32\n" MODEL_HEAD("a"));
+    assert_true(sy_config_ok(cfg));
+    assert_int_equal(cfg->n_warnings, 1);
+    assert_string_equal(cfg->warnings[0], "cfg.ini:2: [host] http_threads: is deprecated and ignored (the server runs "
+                                          "one thread per connection); max_connections bounds the connections");
+    assert_int_equal(cfg->host.max_connections, 32);
     sy_config_free(cfg);
 }
 

@@ -11,6 +11,7 @@
 #include "api_common.h"
 #include "http_server.h"
 #include "metrics.h"
+#include "snapshot_store.h"
 
 static void test_listen_address(void **state) {
     (void)state;
@@ -218,6 +219,12 @@ static void test_metrics_text(void **state) {
     sy_metrics_request(m, "/v1/chat/completions", 404);
     sy_metrics_tokens(m, "qwen", 10, 4, 7);
     sy_metrics_tokens(m, "qwen", 1, 0, 2);
+    sy_metrics_draft_tokens(m, "qwen", 12, 9);
+    sy_metrics_draft_tokens(m, "qwen", 4, 0);
+    /* The snapshot counters are the process's: this test process has written and restored nothing. */
+    sy_snapshot_count_rejected(SY_SNAPSHOT_ERR_CHECKSUM);
+    sy_snapshot_count_rejected(SY_SNAPSHOT_ERR_CHECKSUM);
+    sy_snapshot_count_rejected(SY_SNAPSHOT_ERR_KEY);
     sy_metrics_time_to_first_token(m, 0.2);
     sy_metrics_time_to_first_token(m, 500);
     sy_metrics_token_latency(m, 0.004);
@@ -230,6 +237,8 @@ static void test_metrics_text(void **state) {
     models[0].memory_bytes = 123456;
     models[0].sched.slots_busy = 2;
     models[0].sched.queue_depth = 3;
+    models[0].sched.parked_sequences = 2;
+    models[0].sched.parked_tokens = 777;
     models[1].name = "we\"ird";
     models[1].state = SY_MODEL_UNLOADED;
     sy_model_manager_counters c = {.loads = 5, .load_failures = 1, .swaps = 2, .unloads = 3,
@@ -260,6 +269,22 @@ static void test_metrics_text(void **state) {
         "switchyard_model_memory_bytes{model=\"qwen\"} 123456\n",
         "switchyard_slots_busy{model=\"qwen\"} 2\n",
         "switchyard_queue_depth{model=\"qwen\"} 3\n",
+        "switchyard_prefix_cache_sequences{model=\"qwen\"} 2\n",
+        "switchyard_prefix_cache_tokens{model=\"qwen\"} 777\n",
+        "switchyard_prefix_cache_tokens{model=\"we\\\"ird\"} 0\n",
+        "# TYPE switchyard_draft_tokens_total counter\n",
+        "switchyard_draft_tokens_total{model=\"qwen\"} 16\n",
+        "switchyard_draft_accepted_tokens_total{model=\"qwen\"} 9\n",
+        "# TYPE switchyard_snapshots_written_total counter\n",
+        "switchyard_snapshots_written_total 0\n",
+        "switchyard_snapshot_write_failures_total 0\n",
+        "switchyard_snapshot_written_bytes_total 0\n",
+        "switchyard_snapshots_restored_total 0\n",
+        "switchyard_snapshot_restored_tokens_total 0\n",
+        "switchyard_snapshots_rejected_total{reason=\"checksum\"} 2\n",
+        "switchyard_snapshots_rejected_total{reason=\"key\"} 1\n",
+        "switchyard_snapshots_rejected_total{reason=\"version\"} 0\n",
+        "switchyard_snapshots_rejected_total{reason=\"io\"} 0\n",
     };
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
         if (strstr(text, lines[i]) == NULL) fail_msg("missing line: %s\n--- in:\n%s", lines[i], text);
@@ -268,6 +293,8 @@ static void test_metrics_text(void **state) {
     /* Without the manager's parts. */
     text = sy_metrics_render(m, NULL, 0, NULL, NULL);
     assert_null(strstr(text, "switchyard_model_loads_total"));
+    assert_null(strstr(text, "reason=\"ok\"")); /* no such rejection */
+    assert_non_null(strstr(text, "switchyard_snapshots_rejected_total{reason=\"checksum\"} 2\n"));
     assert_non_null(strstr(text, "switchyard_requests_total"));
     free(text);
 

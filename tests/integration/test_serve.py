@@ -8,10 +8,12 @@ Every check can fail; the exit status is the number of failed checks (capped at 
 Usage: test_serve.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
 """
 import argparse
+import calendar
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,8 +52,12 @@ class Server:
         self.write_config(config_text)
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "wb")
+        # KV snapshots (written at every unload and at the stop) stay in the work folder, never in $HOME; each
+        # server starts without the snapshots of an earlier run.
+        self.resume_path = os.path.join(self.dir, "resume")
+        shutil.rmtree(self.resume_path, ignore_errors=True)
         cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, *extra_args]
+               "--plugin-dir", ARGS.plugin_dir, "--resume-path", self.resume_path, *extra_args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.signalled = False
         self.port = None
@@ -132,8 +138,11 @@ def main_config():
             + model_section("beta", "beta.model", "pair")
             + "[model.slow]\nplugin = test-engine\npath = " + os.path.join(FIXTURES, "alpha.model")
             + "\ngroup = slowpoke\nparallel = 1\nengine.delay_us = 50000\nengine.eos_one_in = 0\n\n"
+            # alpha again, drafted for by a private instance of alpha: every proposal should stand.
+            + model_section("drafty", "alpha.model", "helpers", extra="draft = model:alpha\ndraft_max = 8")
             + "[group.pair]\nswap = true\nexclusive = false\n\n"
-            + "[group.slowpoke]\nexclusive = false\n")
+            + "[group.slowpoke]\nexclusive = false\n\n"
+            + "[group.helpers]\nexclusive = false\n")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -342,7 +351,7 @@ def t_openai_completions(srv):
 def t_openai_models(srv):
     c = srv.openai()
     ids = [m.id for m in c.models.list()]
-    check(ids == ["alpha", "beta", "slow"], f"models {ids}")
+    check(ids == ["alpha", "beta", "slow", "drafty"], f"models {ids}")
     m = c.models.retrieve("gpt-4o-mini")
     check(m.id == "alpha" and m.object == "model", f"retrieve by alias: {m}")
     try:
@@ -360,7 +369,7 @@ def t_openai_models(srv):
 def t_ollama(srv):
     o = srv.ollama()
     names = [m.model for m in o.list().models]
-    check(names == ["alpha", "beta", "slow"], f"tags {names}")
+    check(names == ["alpha", "beta", "slow", "drafty"], f"tags {names}")
     msgs = [{"role": "user", "content": "Why is the sky blue?"}]
     opts = {"num_predict": 9, "seed": 7, "temperature": 1, "num_ctx": 4096}
     r = o.chat(model="beta", messages=msgs, options=opts, stream=False)
@@ -409,6 +418,84 @@ def t_ollama(srv):
         check(e.status_code == 404 and "alpha" in e.error, f"{e.status_code} {e.error}")
 
 
+def ps_expires_in(srv, model):
+    """Seconds until /api/ps says the model's keep-alive ends (None when not loaded; inf for the year 9999)."""
+    status, _, body = curl_json(srv.base + "/api/ps")
+    check(status == 200, f"/api/ps: {status} {body}")
+    for m in body["models"]:
+        if m["model"] == model:
+            stamp = m["expires_at"]
+            check(stamp.endswith("Z"), f"expires_at {stamp!r}")
+            if stamp.startswith("9999-"):
+                return float("inf")
+            when = calendar.timegm(time.strptime(stamp[:-1].split(".")[0], "%Y-%m-%dT%H:%M:%S"))
+            return when - time.time()
+    return None
+
+
+def t_ollama_keep_alive(srv):
+    def generate(**extra):
+        status, _, body = post(srv.base + "/api/generate", {"model": "beta", "prompt": "Hi", "stream": False,
+                                                            "options": {"num_predict": 2}, **extra})
+        check(status == 200 and body.get("done"), f"generate {extra}: {status} {body}")
+
+    # Each request sets how long the model stays loaded once idle, as Ollama does.
+    generate(keep_alive="5m")
+    left = ps_expires_in(srv, "beta")
+    check(left is not None and 290 <= left <= 301, f"keep_alive 5m: expires in {left} s")
+    generate(keep_alive=120)
+    left = ps_expires_in(srv, "beta")
+    check(left is not None and 110 <= left <= 121, f"keep_alive 120: expires in {left} s")
+    generate(keep_alive=-1)
+    check(ps_expires_in(srv, "beta") == float("inf"), "keep_alive -1 does not keep beta forever")
+    generate(keep_alive="1h")
+    left = ps_expires_in(srv, "beta")
+    check(left is not None and 3590 <= left <= 3601, f"keep_alive 1h: expires in {left} s")
+    # A request without keep_alive goes back to the model's configured ttl (none here: never).
+    generate()
+    check(ps_expires_in(srv, "beta") == float("inf"), "a request without keep_alive kept the last keep_alive")
+    # A load without a prompt takes keep_alive too.
+    status, _, body = post(srv.base + "/api/generate", {"model": "beta", "keep_alive": "10m"})
+    check(status == 200 and body.get("done_reason") == "load", f"load with keep_alive: {status} {body}")
+    left = ps_expires_in(srv, "beta")
+    check(left is not None and 590 <= left <= 601, f"load with keep_alive 10m: expires in {left} s")
+    # A short keep_alive really unloads the model once it is idle that long.
+    generate(keep_alive="2s")
+    check(ps_expires_in(srv, "beta") is not None, "beta went at once with keep_alive 2s")
+    t0 = time.time()
+    while time.time() - t0 < 8 and ps_expires_in(srv, "beta") is not None:
+        time.sleep(0.2)
+    took = time.time() - t0
+    check(ps_expires_in(srv, "beta") is None, "keep_alive 2s: beta still loaded after 8 s")
+    check(took >= 1.0, f"keep_alive 2s: beta unloaded after {took:.1f} s already")
+
+
+def t_speculative(srv):
+    c = srv.openai()
+    prompt = "Once upon a time there was"
+    plain = c.completions.create(model="alpha", prompt=prompt, max_tokens=32, temperature=0)
+    drafted = c.completions.create(model="drafty", prompt=prompt, max_tokens=32, temperature=0)
+    check(drafted.choices[0].text == plain.choices[0].text,
+          f"speculative decoding changed the greedy text: {drafted.choices[0].text!r} != {plain.choices[0].text!r}")
+    d = drafted.usage.completion_tokens_details
+    check(d is not None and d.accepted_prediction_tokens > 0,
+          f"the draft model's proposals (the same model) were never accepted: {drafted.usage}")
+    check(d.rejected_prediction_tokens >= 0, f"usage {drafted.usage}")
+    # "speculative": false turns the drafter off for one request; the text stays the same.
+    status, _, body = post(srv.base + "/v1/completions", {"model": "drafty", "prompt": prompt, "max_tokens": 32,
+                                                          "temperature": 0, "speculative": False})
+    details = body.get("usage", {}).get("completion_tokens_details", {})
+    check(status == 200 and body["choices"][0]["text"] == plain.choices[0].text, f"speculative false: {body}")
+    check(details.get("accepted_prediction_tokens") == 0 and details.get("rejected_prediction_tokens") == 0,
+          f"speculative false still drafted: {details}")
+    status, _, body = post(srv.base + "/v1/completions", {"model": "drafty", "prompt": prompt, "speculative": 1})
+    check(status == 400 and body["error"]["param"] == "speculative", f"speculative 1: {status} {body}")
+    _, _, text = curl(srv.base + "/metrics")
+    for pattern in (r'switchyard_draft_tokens_total\{model="drafty"\} [1-9]',
+                    r'switchyard_draft_accepted_tokens_total\{model="drafty"\} [1-9]'):
+        check(re.search(pattern, text), f"/metrics lacks {pattern}")
+
+
 def t_management(srv):
     c = srv.openai()
     c.completions.create(model="alpha", prompt="x", max_tokens=2, temperature=0)
@@ -428,7 +515,10 @@ def t_management(srv):
                     r'switchyard_token_latency_seconds_count [1-9]',
                     r'switchyard_model_loads_total [1-9]', r'switchyard_model_swaps_total [1-9]',
                     r'switchyard_model_memory_bytes\{model="alpha"\} [1-9]', r'switchyard_queue_depth\{model="alpha"\} 0',
-                    r'switchyard_slots_busy\{model="alpha"\} 0'):
+                    r'switchyard_slots_busy\{model="alpha"\} 0',
+                    r'switchyard_prefix_cache_tokens\{model="alpha"\} \d+',
+                    r'switchyard_snapshots_written_total \d+', r'switchyard_snapshot_write_failures_total 0',
+                    r'switchyard_snapshots_rejected_total\{reason="checksum"\} 0'):
         check(re.search(pattern, text), f"/metrics lacks {pattern}")
     status, _, body = curl_json(srv.base + "/unload/gpt-4o-mini", "-X", "POST")
     check(status == 200 and body.get("unloaded") == 1, f"/unload/alias {status} {body}")
@@ -501,6 +591,12 @@ def t_swap(srv):
     _, _, text = curl(srv.base + "/metrics")
     m = re.search(r"switchyard_model_swaps_total (\d+)", text)
     check(m and int(m.group(1)) >= 6, f"swaps counted: {m.group(0) if m else None}")
+    # Each swap saved the warm slots of the model it unloaded, and its next load restored them.
+    for name in ("switchyard_snapshots_written_total", "switchyard_snapshots_restored_total",
+                 "switchyard_snapshot_restored_tokens_total"):
+        m = re.search(name + r" (\d+)", text)
+        check(m and int(m.group(1)) > 0, f"{name}: {m.group(0) if m else None}")
+    check(os.listdir(srv.resume_path), f"no snapshots in {srv.resume_path}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -610,8 +706,8 @@ def t_api_keys_and_reload(_main):
 
 # ---------------------------------------------------------------------------------------------------------------
 
-TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_ollama,
-         t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
+TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_speculative, t_ollama,
+         t_ollama_keep_alive, t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
 
 
 def main():

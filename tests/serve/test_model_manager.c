@@ -2,7 +2,9 @@
  * The model manager on the test engine: aliases, unknown models, swap and exclusive groups, ttl through tick,
  * concurrent acquires of a loading model, unload waiting for leases (also when the last lease ends inside a
  * generation's callback), the memory budget with LRU eviction, reload (add, change, remove, keep), preload and
- * load failures.
+ * load failures, keep_alive overrides of the ttl, the host prefix cache budget and the snapshot folder budget.
+ *
+ * Every config sets resume_path inside the test folder: the snapshots written at unload never reach $HOME.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -20,6 +24,8 @@
 #include "config.h"
 #include "model_manager.h"
 #include "serve_fixture.h"
+#include "snapshot_store.h"
+#include "util.h"
 
 static serve_env env;
 
@@ -97,7 +103,8 @@ static void generate_through(sy_model_lease *lease, uint32_t max_tokens) {
     collector_delete(c);
 }
 
-#define HOST "[host]\nload_timeout = 20\n"
+/* resume_path is relative: it resolves in the test folder (config_of's base). */
+#define HOST "[host]\nload_timeout = 20\nresume_path = resume\n"
 #define MODEL(name, file) "[model." name "]\nplugin = test-engine\npath = " file "\n"
 
 /* ---- names ------------------------------------------------------------------------------------------------- */
@@ -359,7 +366,7 @@ static void memory_budget_evicts_lru(void **state) {
     free(serve_write_model(&env, "d-huge.txt", NULL, (size_t)one * 3));
     char text[1024];
     snprintf(text, sizeof text,
-             "[host]\nload_timeout = 20\nmax_memory = %llu\n" MODEL("a", "a.txt") "group = free\n" MODEL(
+             "[host]\nload_timeout = 20\nresume_path = resume\nmax_memory = %llu\n" MODEL("a", "a.txt") "group = free\n" MODEL(
                  "b", "b.txt") "group = free\n" MODEL("c", "c-sized.txt") "group = free\n" MODEL("d", "d-huge.txt")
                  "group = free\n" FREE_GROUP,
              (unsigned long long)(one * 2 + one / 2));
@@ -476,6 +483,170 @@ static void preload_and_load_failure(void **state) {
     sy_model_manager_destroy(mm);
 }
 
+/* ---- keep_alive: ttl overrides ----------------------------------------------------------------------------- */
+
+static int64_t ttl_in_effect(sy_model_manager *mm, const char *name) {
+    sy_model_status st[16];
+    size_t n = sy_model_manager_status(mm, st, 16);
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (strcmp(st[i].name, name) == 0) return st[i].ttl_in_effect_s;
+    fail_msg("model %s not in the status", name);
+    return 0;
+}
+
+static void keep_alive_overrides_the_ttl(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "ttl = 1\naliases = alpha\n");
+    assert_int_equal(sy_model_manager_set_ttl(mm, "nobody", 5), -1);
+    sy_model_lease *lease = acquire_ok(mm, "a");
+    assert_int_equal(ttl_in_effect(mm, "a"), 1);
+    /* Forever (any negative): idle past the configured ttl, it stays. */
+    assert_int_equal(sy_model_manager_set_ttl(mm, "alpha", -5), 0);
+    assert_int_equal(ttl_in_effect(mm, "a"), SY_MODEL_TTL_FOREVER);
+    sy_model_lease_release(lease);
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    /* Back to the configured ttl: the idle clock restarts, then the ttl applies. */
+    assert_int_equal(sy_model_manager_set_ttl(mm, "a", SY_MODEL_TTL_CONFIGURED), 0);
+    assert_int_equal(ttl_in_effect(mm, "a"), 1);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+
+    /* 0: unloaded as soon as it is idle, never while a request holds it. */
+    lease = acquire_ok(mm, "a");
+    assert_int_equal(sy_model_manager_set_ttl(mm, "a", 0), 0);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_READY);
+    generate_through(lease, 2);
+    sy_model_lease_release(lease);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+
+    /* An unload ends the override: the next load has the configured ttl again. */
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    assert_int_equal(ttl_in_effect(mm, "a"), 1);
+    assert_int_equal(sy_model_manager_set_ttl(mm, "a", 3600), 0);
+    assert_int_equal(ttl_in_effect(mm, "a"), 3600);
+    assert_int_equal(sy_model_manager_unload(mm, "a"), 1);
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    assert_int_equal(ttl_in_effect(mm, "a"), 1);
+    sy_model_manager_destroy(mm);
+
+    /* A model configured never to expire (ttl 0) gets a finite keep_alive. */
+    mm = manager_of(HOST MODEL("b", "b.txt"));
+    sy_model_lease_release(acquire_ok(mm, "b"));
+    assert_int_equal(ttl_in_effect(mm, "b"), SY_MODEL_TTL_FOREVER);
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_READY);
+    assert_int_equal(sy_model_manager_set_ttl(mm, "b", 1), 0);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_READY); /* idle only since the override */
+    sleep_ms(1100);
+    sy_model_manager_tick(mm);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_UNLOADED);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- the host prefix cache budget reaches the scheduler ---------------------------------------------------- */
+
+/* Parked sequences of a model after one prompt and then an unrelated one in its single slot. */
+static uint32_t parked_after_two_prompts(sy_model_manager *mm, const char *name) {
+    sy_model_lease *lease = acquire_ok(mm, name);
+    sy_scheduler *s = sy_model_lease_scheduler(lease);
+    int32_t first[48], second[48];
+    for (int i = 0; i < 48; i++) first[i] = 'a' + i % 7, second[i] = 'z' - i % 5;
+    sy_gen_params p = serve_greedy(4);
+    collector *c = collector_new();
+    serve_generate(s, first, 48, &p, c);
+    collector_delete(c);
+    c = collector_new();
+    serve_generate(s, second, 48, &p, c);
+    collector_delete(c);
+    sy_model_lease_release(lease);
+    sy_model_status st[8];
+    size_t n = sy_model_manager_status(mm, st, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(st[i].name, name) == 0) return st[i].sched.parked_sequences;
+    fail_msg("model %s not in the status", name);
+    return 0;
+}
+
+static void prefix_cache_budget_from_the_config(void **state) {
+    (void)state;
+    sy_model_manager *mm = manager_of(HOST MODEL("default-cache", "a.txt") "group = g\n"
+                                          MODEL("no-cache", "b.txt") "group = g\nprefix_cache_tokens = 0\n"
+                                          MODEL("tiny-cache", "c.txt") "group = g\nprefix_cache_tokens = 40\n"
+                                      RELOAD_GROUP);
+    /* On by default: the first prompt's sequence (about 50 tokens) is parked when the slot moves on. */
+    assert_int_equal(parked_after_two_prompts(mm, "default-cache"), 1);
+    /* 0 turns it off; a budget smaller than the sequence cannot hold it. */
+    assert_int_equal(parked_after_two_prompts(mm, "no-cache"), 0);
+    assert_int_equal(parked_after_two_prompts(mm, "tiny-cache"), 0);
+    sy_model_manager_destroy(mm);
+}
+
+/* ---- resume_max_bytes bounds each model's snapshot folder ---------------------------------------------------- */
+
+/* Runs model "a" once with resume_path = <test dir>/<resume> and the given [host] line, after putting an old
+ * 1.5 MiB file with a snapshot's name into its folder. True when that file is still there after the unload. */
+static bool old_snapshot_survives_unload(const char *resume, const char *host_line) {
+    char *resume_dir = sy_path_join(env.dir, resume);
+    char *model_dir = sy_snapshot_model_dir(resume_dir, "a");
+    assert_int_equal(mkdir(resume_dir, 0700), 0);
+    assert_int_equal(mkdir(model_dir, 0700), 0);
+    char *old = sy_path_join(model_dir, "0123456789abcdef.sysnap");
+    FILE *f = fopen(old, "w");
+    assert_non_null(f);
+    static char block[64 * 1024];
+    memset(block, 'x', sizeof block);
+    for (int i = 0; i < 24; i++) assert_int_equal(fwrite(block, 1, sizeof block, f), sizeof block);
+    assert_int_equal(fclose(f), 0);
+    struct timeval hour_ago[2];
+    gettimeofday(&hour_ago[0], NULL);
+    hour_ago[0].tv_sec -= 3600;
+    hour_ago[1] = hour_ago[0];
+    assert_int_equal(utimes(old, hour_ago), 0);
+
+    char text[1024];
+    snprintf(text, sizeof text, "[host]\nload_timeout = 20\nresume_path = %s\n%s\n" MODEL("a", "a.txt"), resume,
+             host_line);
+    sy_model_manager *mm = manager_of(text);
+    sy_model_lease *lease = acquire_ok(mm, "a");
+    generate_through(lease, 8);
+    sy_model_lease_release(lease);
+    assert_int_equal(sy_model_manager_unload(mm, "a"), 1); /* persist_on_unload: the warm slot is saved */
+    sy_model_manager_destroy(mm);
+
+    /* The new snapshot is there either way. */
+    sy_snapshot_store *st = sy_snapshot_store_open(model_dir, 0, NULL, 0);
+    assert_non_null(st);
+    sy_snapshot_file *files = NULL;
+    size_t n = sy_snapshot_store_list(st, &files);
+    bool have_old = false, have_new = false;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(files[i].path, old) == 0) have_old = true;
+        else have_new = true;
+    }
+    sy_snapshot_files_free(files, n);
+    sy_snapshot_store_close(st);
+    assert_true(have_new);
+    free(old);
+    free(model_dir);
+    free(resume_dir);
+    return have_old;
+}
+
+static void resume_max_bytes_bounds_the_snapshot_folder(void **state) {
+    (void)state;
+    assert_true(old_snapshot_survives_unload("resume-default-budget", ""));
+    assert_false(old_snapshot_survives_unload("resume-small-budget", "resume_max_bytes = 1M"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(aliases_and_unknown_models),
@@ -488,6 +659,9 @@ int main(void) {
         cmocka_unit_test(memory_budget_evicts_lru),
         cmocka_unit_test(reload_adds_changes_removes),
         cmocka_unit_test(preload_and_load_failure),
+        cmocka_unit_test(keep_alive_overrides_the_ttl),
+        cmocka_unit_test(prefix_cache_budget_from_the_config),
+        cmocka_unit_test(resume_max_bytes_bounds_the_snapshot_folder),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

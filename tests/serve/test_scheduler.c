@@ -6,6 +6,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -712,6 +713,92 @@ static void engine_error_ends_only_its_request(void **state) {
     free(text);
 }
 
+/* The test engine's table with a KV pool that holds one sequence: a decode while more sequences exist fails with
+ * SY_ERR_OUT_OF_MEMORY, as an engine whose KV memory is full does. */
+static atomic_int live_sequences;
+static _Thread_local int pool_failed_last;
+
+static const char *pool_error_message(void) {
+    return pool_failed_last ? "KV pool full" : real_engine->error_message();
+}
+
+static sy_status pool_seq_create(sy_model *model, sy_seq **out) {
+    pool_failed_last = 0;
+    sy_status st = real_engine->seq_create(model, out);
+    if (st == SY_OK) atomic_fetch_add(&live_sequences, 1);
+    return st;
+}
+
+static sy_status pool_seq_fork(sy_model *model, const sy_seq *src, uint32_t n_tokens, sy_seq **out) {
+    pool_failed_last = 0;
+    sy_status st = real_engine->seq_fork(model, src, n_tokens, out);
+    if (st == SY_OK) atomic_fetch_add(&live_sequences, 1);
+    return st;
+}
+
+static void pool_seq_free(sy_model *model, sy_seq *seq) {
+    if (seq != NULL) atomic_fetch_sub(&live_sequences, 1);
+    real_engine->seq_free(model, seq);
+}
+
+static sy_status pool_decode(sy_model *model, const sy_decode_batch *batch) {
+    if (atomic_load(&live_sequences) > 1) {
+        pool_failed_last = 1;
+        return SY_ERR_OUT_OF_MEMORY;
+    }
+    pool_failed_last = 0;
+    return real_engine->decode(model, batch);
+}
+
+/* Parked sequences hold engine memory only to save prefill: when the engine runs out, they go and the request
+ * is served (rather than failing). */
+static void parked_sequences_give_way_when_memory_runs_out(void **state) {
+    (void)state;
+    open_model om;
+    serve_open_model(&env, model_path, NULL, 0, &om.lm);
+    real_engine = om.lm.engine;
+    sy_engine_api pool = *real_engine;
+    pool.seq_create = pool_seq_create;
+    pool.seq_fork = pool_seq_fork;
+    pool.seq_free = pool_seq_free;
+    pool.decode = pool_decode;
+    pool.error_message = pool_error_message;
+    om.lm.engine = &pool;
+    atomic_store(&live_sequences, 0);
+    sy_scheduler_options so = {.parallel = 1, .max_queue = 4, .cache_tokens = 4000};
+    om.sched = sy_scheduler_create(&om.lm, &so);
+    assert_non_null(om.sched);
+
+    char *ptext = make_prompt(31, 120), *qtext = make_prompt(32, 80);
+    size_t np, nq;
+    int32_t *p = serve_tokenize(&om.lm, ptext, &np), *q = serve_tokenize(&om.lm, qtext, &nq);
+    q[0] = '~'; /* nothing in common with p */
+    sy_gen_params params = serve_greedy(12);
+    collector *a = collector_new(), *b = collector_new(), *cold = collector_new();
+    serve_generate(om.sched, p, np, &params, a);
+    assert_int_equal(a->end_type, SY_GEN_EVENT_DONE);
+    /* q takes the only slot: p's sequence is parked, a second one is made for q, and the pool refuses q's
+     * decode until the parked one is gone. */
+    serve_generate(om.sched, q, nq, &params, b);
+    if (b->end_type != SY_GEN_EVENT_DONE) fail_msg("q failed: %s", b->message);
+    sy_scheduler_stats st;
+    sy_scheduler_get_stats(om.sched, &st);
+    assert_int_equal(st.parked_sequences, 0);
+    assert_int_equal(st.parked_tokens, 0);
+    assert_int_equal(atomic_load(&live_sequences), 1);
+    close_sched(&om);
+    assert_int_equal(atomic_load(&live_sequences), 0);
+    cold_run(q, nq, &params, cold);
+    assert_string_equal(b->text, cold->text);
+    collector_delete(a);
+    collector_delete(b);
+    collector_delete(cold);
+    free(p);
+    free(q);
+    free(ptext);
+    free(qtext);
+}
+
 /* ---- logprobs ---------------------------------------------------------------------------------------------- */
 
 static void logprobs_are_log_softmax(void **state) {
@@ -764,6 +851,7 @@ int main(void) {
         cmocka_unit_test(parked_sequences_respect_budget),
         cmocka_unit_test(prefix_reuse_recurrent_fallback),
         cmocka_unit_test(engine_error_ends_only_its_request),
+        cmocka_unit_test(parked_sequences_give_way_when_memory_runs_out),
         cmocka_unit_test(logprobs_are_log_softmax),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
