@@ -5,6 +5,8 @@
 int sy_cmd_plugins(int argc, char **argv);
 int sy_cmd_generate(int argc, char **argv);
 int sy_cmd_tokenize(int argc, char **argv);
+int sy_cmd_bench(int argc, char **argv);
+int sy_cmd_quantize(int argc, char **argv);
 int sy_cmd_serve(int argc, char **argv);
 
 struct sy_loaded_model;

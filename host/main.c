@@ -20,6 +20,8 @@ static const verb verbs[] = {
     {"plugins", sy_cmd_plugins, "list plugins, their ABI versions and interfaces, and refused files with reasons"},
     {"generate", sy_cmd_generate, "one-shot generation from a prompt, streamed to stdout"},
     {"tokenize", sy_cmd_tokenize, "text on stdin -> token ids on stdout"},
+    {"bench", sy_cmd_bench, "load time, first-token latency, prefill and decode tokens/s, memory"},
+    {"quantize", sy_cmd_quantize, "write a GGUF file of a quantization type (Q4_K_M, Q8_0, ...) from GGUF or SafeTensors"},
     {"serve", sy_cmd_serve, "HTTP server with the OpenAI and Ollama APIs over the configured models"},
 };
 

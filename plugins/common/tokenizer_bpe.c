@@ -626,6 +626,7 @@ struct sy_bpe_builder {
 static const char GPT2_REGEX[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 static const char QWEN2_REGEX[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                                   "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char SMOLLM_DIGITS_REGEX[] = "\\p{N}";
 static const char LLAMA3_REGEX[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
@@ -1234,8 +1235,12 @@ bool sy_bpe_builder_use_preset(sy_bpe_builder *b, const char *name, char *err, s
         ignore_merges = true;
     } else if (strcmp(name, "gpt-2") == 0 || strcmp(name, "gpt2") == 0) {
         use_regex = true;
+    } else if (strcmp(name, "smollm") == 0) {
+        /* SmolLM's tokenizer.json: Digits(individual_digits) then ByteLevel with the GPT-2 regex */
+        regex = SMOLLM_DIGITS_REGEX;
+        use_regex = true;
     } else {
-        set_err(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, gpt-2)", name);
+        set_err(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, gpt-2, smollm)", name);
         return false;
     }
     if (b->t->n_splits != 0) {

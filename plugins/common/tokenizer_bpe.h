@@ -125,7 +125,8 @@ void sy_bpe_builder_set_byte_fallback(sy_bpe_builder *b, bool byte_fallback);
 bool sy_bpe_builder_set_template(sy_bpe_builder *b, const int32_t *prefix, size_t n_prefix, const int32_t *suffix,
                                  size_t n_suffix, char *err, size_t err_size);
 /* Sets the split steps and ByteLevel options of a known pre-tokenizer, by its GGUF tokenizer.ggml.pre name:
- * "qwen2", "llama-bpe" (Llama 3), "gpt-2". Returns false, naming the known ones, for any other name. */
+ * "qwen2", "llama-bpe" (Llama 3), "gpt-2", "smollm" (SmolLM / SmolLM2: each digit alone, then GPT-2's split).
+ * Returns false, naming the known ones, for any other name. */
 bool sy_bpe_builder_use_preset(sy_bpe_builder *b, const char *name, char *err, size_t err_size);
 
 /* Checks and freezes the tokenizer. Always consumes the builder; NULL + err on failure. */

@@ -2,6 +2,7 @@
  *
  *   x[N][n_embd] = token_embd[token]
  *   for each layer:   x += attention(rmsnorm(x))      attention_block()
+ *                       (lfm2 short-conv layers:     sy_lfm2_conv_block(), transformer_lfm2.c)
  *                     x += ffn(rmsnorm(x))            ffn_block()
  *   logits = output · rmsnorm(x)   (only for the rows asked for)
  */
@@ -15,18 +16,24 @@
 #include <string.h>
 
 #include "threadpool.h"
+#include "transformer_lfm2.h"
 
 #define LOGIT_ROWS 32   /* logits rows computed per pass through the output matrix (bounds that scratch) */
 #define ATTN_BLOCK 128  /* positions scored at a time in the online softmax */
 #define KV_MIN_GROW 256 /* tokens a sequence's KV grows by at least */
+/* A batched product runs over blocks of x of about this size, so each block stays in the core's L2 cache while the
+ * task's weight rows stream past it: x of a whole chunk of a wide matrix is megabytes (256 rows of n_ff floats),
+ * which would otherwise be read again from further out for every tile of four weight rows. */
+#define X_BLOCK_BYTES (256 * 1024)
 
 /* ---- the architecture table ---- */
 
 static const sy_tf_arch arch_table[] = {
-    /* name     rope style     qkv_bias qk_norm */
-    {"llama", SY_ROPE_NORM, false, false},
-    {"qwen2", SY_ROPE_NEOX, true, false},
-    {"qwen3", SY_ROPE_NEOX, false, true},
+    /* name     rope style     qkv_bias qk_norm short_conv */
+    {"llama", SY_ROPE_NORM, false, false, false},
+    {"qwen2", SY_ROPE_NEOX, true, false, false},
+    {"qwen3", SY_ROPE_NEOX, false, true, false},
+    {"lfm2", SY_ROPE_NEOX, false, true, true},
 };
 
 const sy_tf_arch *sy_tf_arch_find(const char *name) {
@@ -38,16 +45,17 @@ const sy_tf_arch *sy_tf_arch_find(const char *name) {
 /* ---- model and sequences ---- */
 
 typedef struct layer {
+    sy_tf_layer_kind kind; /* short-conv layers keep their weights in m->lfm2 */
     /* F32 copies of the vectors; NULL when absent */
     float *attn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *bo, *ffn_norm;
     sy_tf_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
 } layer;
 
 struct sy_tf_seq {
-    uint32_t len; /* tokens held */
-    uint32_t cap; /* tokens the buffers have room for */
-    float **k, **v; /* [n_layer] -> [cap][kv_dim] */
-    uint64_t mark;  /* decode call that last saw it (duplicate check) */
+    uint32_t len;  /* tokens held */
+    void *kv;      /* its part of the KV store */
+    sy_lfm2_seq *conv; /* short_conv architectures: the conv layers' rolling inputs */
+    uint64_t mark; /* decode call that last saw it (duplicate check) */
 };
 
 struct sy_tf_model {
@@ -61,6 +69,11 @@ struct sy_tf_model {
     float *output_norm;
     float *inv_freq; /* [rope_dims/2] */
     layer *layers;
+    sy_lfm2 *lfm2; /* short_conv architectures: the conv layers */
+
+    const sy_tf_kv_store_ops *kv_ops;
+    void *kv_store;
+    uint32_t n_seqs; /* alive, so the store is not swapped under them */
 
     /* scratch of one chunk (decode is serial per model) */
     float *x, *xb, *q, *k, *v, *att, *gate, *up, *logits;
@@ -183,6 +196,22 @@ static bool check_config(const sy_tf_config *c, uint32_t n_ctx, char *err, size_
 static bool load_layer(sy_tf_model *m, const sy_tf_layer_weights *w, layer *L, char *err, size_t err_size) {
     const sy_tf_config *c = &m->cfg;
     bool bias = c->arch->qkv_bias;
+    L->kind = w->kind;
+    if (w->kind != SY_TF_LAYER_ATTENTION) { /* the operator itself is checked by sy_lfm2_create */
+        if (w->kind != SY_TF_LAYER_SHORT_CONV || !c->arch->short_conv) {
+            set_error(err, err_size, "%s: layer kind %d is not one of this architecture", c->arch->name,
+                      (int)w->kind);
+            return false;
+        }
+        L->w_gate = w->w_gate;
+        L->w_up = w->w_up;
+        L->w_down = w->w_down;
+        return check_matrix(&w->w_gate, c->n_ff, c->n_embd, err, err_size) &&
+               check_matrix(&w->w_up, c->n_ff, c->n_embd, err, err_size) &&
+               check_matrix(&w->w_down, c->n_embd, c->n_ff, err, err_size) &&
+               load_vector(m, &w->attn_norm, c->n_embd, true, &L->attn_norm, err, err_size) &&
+               load_vector(m, &w->ffn_norm, c->n_embd, true, &L->ffn_norm, err, err_size);
+    }
     L->wq = w->wq;
     L->wk = w->wk;
     L->wv = w->wv;
@@ -239,6 +268,11 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     if (m->layers == NULL) goto oom;
     for (uint32_t l = 0; l < cfg->n_layer; l++)
         if (!load_layer(m, &w->layers[l], &m->layers[l], err, err_size)) goto fail;
+    if (cfg->arch->short_conv) {
+        m->lfm2 = sy_lfm2_create(cfg, w->layers, SY_TF_MAX_BATCH, err, err_size);
+        if (m->lfm2 == NULL) goto fail;
+        atomic_fetch_add(&m->resident_bytes, sy_lfm2_bytes(m->lfm2));
+    }
 
     /* RoPE inverse frequencies, with the optional per-frequency divisors (llama 3 style scaling). */
     size_t n_freq = cfg->rope_dims / 2;
@@ -272,6 +306,7 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
 
     m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
     if (m->pool == NULL) goto oom;
+    sy_tf_set_kv_store(m, NULL, NULL);
     return m;
 
 oom:
@@ -292,6 +327,7 @@ void sy_tf_destroy(sy_tf_model *m) {
         }
     }
     free(m->layers);
+    sy_lfm2_destroy(m->lfm2);
     free(m->output_norm);
     free(m->inv_freq);
     free(m->x), free(m->xb), free(m->q), free(m->att), free(m->k), free(m->v);
@@ -299,20 +335,37 @@ void sy_tf_destroy(sy_tf_model *m) {
     free(m);
 }
 
+bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size) {
+    /* building is checking: scratch is calloc'd, so a model built and dropped costs little */
+    sy_tf_model *m = sy_tf_create(cfg, w, n_ctx, 1, err, err_size);
+    sy_tf_destroy(m);
+    return m != NULL;
+}
+
 const sy_tf_config *sy_tf_model_config(const sy_tf_model *m) { return &m->cfg; }
 uint32_t sy_tf_n_ctx(const sy_tf_model *m) { return m->n_ctx; }
+
+uint32_t sy_tf_n_threads(const sy_tf_model *m) { return (uint32_t)sy_threadpool_size(m->pool); }
 
 void sy_tf_memory(const sy_tf_model *m, sy_tf_memory_info *out) {
     out->kv_bytes = atomic_load(&((sy_tf_model *)m)->kv_bytes);
     out->resident_bytes = atomic_load(&((sy_tf_model *)m)->resident_bytes);
+    out->mapped_bytes = 0;
+    if (m->kv_ops->memory) m->kv_ops->memory(m->kv_store, out);
 }
 
-/* ---- sequences ---- */
+/* ---- the RAM KV store: per sequence and layer one F32 buffer of [cap][kv_dim], grown as it fills ---- */
 
-static size_t seq_layer_bytes(const sy_tf_model *m, uint32_t cap) { return (size_t)cap * m->kv_dim * sizeof(float); }
+typedef struct ram_kv {
+    uint32_t cap;   /* positions the buffers have room for */
+    float **k, **v; /* [n_layer] -> [cap][kv_dim] */
+} ram_kv;
 
-sy_tf_seq *sy_tf_seq_create(sy_tf_model *m) {
-    sy_tf_seq *s = calloc(1, sizeof *s);
+static size_t ram_layer_bytes(const sy_tf_model *m, uint32_t cap) { return (size_t)cap * m->kv_dim * sizeof(float); }
+
+static void *ram_seq_create(void *store) {
+    sy_tf_model *m = store;
+    ram_kv *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
     s->k = calloc(m->cfg.n_layer, sizeof *s->k);
     s->v = calloc(m->cfg.n_layer, sizeof *s->v);
@@ -325,13 +378,14 @@ sy_tf_seq *sy_tf_seq_create(sy_tf_model *m) {
     return s;
 }
 
-void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s) {
-    if (s == NULL) return;
+static void ram_seq_free(void *store, void *kv) {
+    sy_tf_model *m = store;
+    ram_kv *s = kv;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         free(s->k[l]);
         free(s->v[l]);
     }
-    uint64_t bytes = 2ull * m->cfg.n_layer * seq_layer_bytes(m, s->cap);
+    uint64_t bytes = 2ull * m->cfg.n_layer * ram_layer_bytes(m, s->cap);
     atomic_fetch_sub(&m->kv_bytes, bytes);
     atomic_fetch_sub(&m->resident_bytes, bytes);
     free(s->k);
@@ -339,52 +393,138 @@ void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s) {
     free(s);
 }
 
-uint32_t sy_tf_seq_length(const sy_tf_seq *s) { return s->len; }
-
 /* Makes room for `need` tokens; the content stays. false when out of memory (nothing lost). */
-static bool seq_reserve(sy_tf_model *m, sy_tf_seq *s, uint32_t need) {
+static bool ram_reserve(void *store, void *kv, uint32_t keep, uint32_t need, char *err, size_t err_size) {
+    (void)keep;
+    sy_tf_model *m = store;
+    ram_kv *s = kv;
     if (need <= s->cap) return true;
     uint64_t cap = (uint64_t)s->cap * 2;
     if (cap < (uint64_t)s->cap + KV_MIN_GROW) cap = (uint64_t)s->cap + KV_MIN_GROW;
     if (cap < need) cap = need;
     if (cap > m->n_ctx) cap = m->n_ctx;
-    size_t bytes = seq_layer_bytes(m, (uint32_t)cap);
+    size_t bytes = ram_layer_bytes(m, (uint32_t)cap);
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         /* Each layer grows on its own; a failure midway leaves larger buffers than cap says, which is harmless
          * (the next reserve reallocates them again). */
         float *k = realloc(s->k[l], bytes);
-        if (k == NULL) return false;
-        s->k[l] = k;
-        float *v = realloc(s->v[l], bytes);
-        if (v == NULL) return false;
+        float *v = k ? realloc(s->v[l], bytes) : NULL;
+        if (k) s->k[l] = k;
+        if (v == NULL) {
+            set_error(err, err_size, "out of memory for %u positions of KV", (unsigned)cap);
+            return false;
+        }
         s->v[l] = v;
     }
-    uint64_t grown = 2ull * m->cfg.n_layer * (bytes - seq_layer_bytes(m, s->cap));
+    uint64_t grown = 2ull * m->cfg.n_layer * (bytes - ram_layer_bytes(m, s->cap));
     atomic_fetch_add(&m->kv_bytes, grown);
     atomic_fetch_add(&m->resident_bytes, grown);
     s->cap = (uint32_t)cap;
     return true;
 }
 
+static void ram_write(void *store, void *kv, uint32_t l, uint32_t pos, const float *k, const float *v) {
+    sy_tf_model *m = store;
+    ram_kv *s = kv;
+    memcpy(s->k[l] + (size_t)pos * m->kv_dim, k, m->kv_dim * sizeof(float));
+    memcpy(s->v[l] + (size_t)pos * m->kv_dim, v, m->kv_dim * sizeof(float));
+}
+
+static void ram_read(void *store, const void *kv, uint32_t l, uint32_t p0, uint32_t n, uint32_t col,
+                     uint32_t n_cols, size_t thread_index, sy_tf_kv_view *out) {
+    (void)n_cols, (void)thread_index;
+    const sy_tf_model *m = store;
+    const ram_kv *s = kv;
+    size_t at = (size_t)p0 * m->kv_dim + col;
+    *out = (sy_tf_kv_view){s->k[l] + at, s->v[l] + at, m->kv_dim, n};
+}
+
+static bool ram_copy_prefix(void *store, void *dst, const void *src, uint32_t n, char *err, size_t err_size) {
+    sy_tf_model *m = store;
+    ram_kv *d = dst;
+    const ram_kv *s = src;
+    if (!ram_reserve(store, dst, 0, n, err, err_size)) return false;
+    size_t bytes = (size_t)n * m->kv_dim * sizeof(float);
+    for (uint32_t l = 0; l < m->cfg.n_layer && bytes > 0; l++) {
+        memcpy(d->k[l], s->k[l], bytes);
+        memcpy(d->v[l], s->v[l], bytes);
+    }
+    return true;
+}
+
+static const sy_tf_kv_store_ops ram_store_ops = {
+    .seq_create = ram_seq_create,
+    .seq_free = ram_seq_free,
+    .reserve = ram_reserve,
+    .write = ram_write,
+    .read = ram_read,
+    .copy_prefix = ram_copy_prefix,
+};
+
+sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void *store) {
+    if (m->n_seqs > 0) return SY_ERR_INVALID_ARGUMENT;
+    m->kv_ops = ops ? ops : &ram_store_ops;
+    m->kv_store = ops ? store : m;
+    return SY_OK;
+}
+
+/* ---- sequences ---- */
+
+sy_tf_seq *sy_tf_seq_create(sy_tf_model *m) {
+    sy_tf_seq *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->kv = m->kv_ops->seq_create(m->kv_store);
+    if (s->kv == NULL) {
+        free(s);
+        return NULL;
+    }
+    if (m->lfm2 && (s->conv = sy_lfm2_seq_create(m->lfm2)) == NULL) {
+        m->kv_ops->seq_free(m->kv_store, s->kv);
+        free(s);
+        return NULL;
+    }
+    if (m->lfm2) { /* recurrent state counts as KV */
+        atomic_fetch_add(&m->kv_bytes, sy_lfm2_seq_bytes(m->lfm2));
+        atomic_fetch_add(&m->resident_bytes, sy_lfm2_seq_bytes(m->lfm2));
+    }
+    m->n_seqs++;
+    return s;
+}
+
+void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s) {
+    if (s == NULL) return;
+    m->kv_ops->seq_free(m->kv_store, s->kv);
+    if (s->conv) {
+        sy_lfm2_seq_free(s->conv);
+        atomic_fetch_sub(&m->kv_bytes, sy_lfm2_seq_bytes(m->lfm2));
+        atomic_fetch_sub(&m->resident_bytes, sy_lfm2_seq_bytes(m->lfm2));
+    }
+    m->n_seqs--;
+    free(s);
+}
+
+uint32_t sy_tf_seq_length(const sy_tf_seq *s) { return s->len; }
+
 sy_status sy_tf_seq_truncate(sy_tf_model *m, sy_tf_seq *s, uint32_t n) {
-    (void)m;
     if (n > s->len) return SY_ERR_INVALID_ARGUMENT;
+    if (s->conv) {
+        if (!sy_lfm2_seq_can_truncate(m->lfm2, s->conv, s->len, n)) return SY_ERR_UNSUPPORTED;
+        sy_lfm2_seq_truncate(m->lfm2, s->conv, s->len, n);
+    }
     s->len = n;
+    if (m->kv_ops->truncate) m->kv_ops->truncate(m->kv_store, s->kv, n);
     return SY_OK;
 }
 
 sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf_seq **out) {
     if (n > src->len) return SY_ERR_INVALID_ARGUMENT;
+    if (src->conv && !sy_lfm2_seq_can_truncate(m->lfm2, src->conv, src->len, n)) return SY_ERR_UNSUPPORTED;
     sy_tf_seq *s = sy_tf_seq_create(m);
-    if (s == NULL || !seq_reserve(m, s, n)) {
+    if (s == NULL || !m->kv_ops->copy_prefix(m->kv_store, s->kv, src->kv, n, NULL, 0)) {
         sy_tf_seq_free(m, s);
         return SY_ERR_OUT_OF_MEMORY;
     }
-    size_t bytes = (size_t)n * m->kv_dim * sizeof(float);
-    for (uint32_t l = 0; l < m->cfg.n_layer && bytes > 0; l++) {
-        memcpy(s->k[l], src->k[l], bytes);
-        memcpy(s->v[l], src->v[l], bytes);
-    }
+    if (s->conv) sy_lfm2_seq_copy(m->lfm2, s->conv, src->conv, src->len, n);
     s->len = n;
     *out = s;
     return SY_OK;
@@ -409,11 +549,21 @@ static void matmul_task(void *arg, size_t task, size_t thread_index) {
     const sy_tf_matrix *w = j->w;
     size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
     if (begin == end) return;
-    int r = j->qx ? j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y,
-                                       w->rows)
-                  : j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x, j->n, w->cols, j->y,
-                                    w->rows);
-    if (r != SY_KERNEL_OK) atomic_store(&j->failed, 1);
+    if (j->qx) {
+        if (j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows) !=
+            SY_KERNEL_OK)
+            atomic_store(&j->failed, 1);
+        return;
+    }
+    /* blocks of a multiple of 4 rows, so the kernel's batch tiles (and results) are those of one call */
+    size_t block = X_BLOCK_BYTES / (w->cols * sizeof(float)) / 4 * 4;
+    if (block < 4) block = j->n;
+    for (size_t b0 = 0; b0 < j->n; b0 += block) {
+        size_t nb = j->n - b0 < block ? j->n - b0 : block;
+        if (j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x + b0 * w->cols, nb, w->cols,
+                            j->y + b0 * w->rows, w->rows) != SY_KERNEL_OK)
+            atomic_store(&j->failed, 1);
+    }
 }
 
 /* y[n][w.rows] = x[n][w.cols] · wᵀ, rows split among the threads (a few ranges per thread, so uneven progress
@@ -429,6 +579,11 @@ static bool matmul(sy_tf_model *m, const sy_tf_matrix *w, const float *x, size_t
     }
     sy_threadpool_parallel_for(m->pool, n_tasks, matmul_task, &j);
     return atomic_load(&j.failed) == 0;
+}
+
+/* matmul() for the short-conv layers (transformer_lfm2.h) */
+static bool matmul_ctx(void *m, const sy_tf_matrix *w, const float *x, size_t n, float *y) {
+    return matmul(m, w, x, n, y);
 }
 
 /* ---- the layers ---- */
@@ -447,7 +602,6 @@ typedef struct attn_job {
 /* One (row, head) of causal attention over the row's sequence, positions 0..pos, with a blockwise online
  * softmax so no buffer of n_ctx scores is needed:  att = Σ_p softmax(q·k_p / √d)_p v_p */
 static void attention_head(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
     const attn_job *j = arg;
     sy_tf_model *m = j->m;
     const sy_tf_config *c = &m->cfg;
@@ -456,16 +610,21 @@ static void attention_head(void *arg, size_t task, size_t thread_index) {
     size_t r = task / c->n_head, h = task % c->n_head;
     const float *q = m->q + r * m->q_dim + h * hd;
     float *out = m->att + r * m->q_dim + h * hd;
-    const float *K = m->row_seq[r]->k[j->layer] + (h / group) * hd; /* position p at K + p*kv_dim */
-    const float *V = m->row_seq[r]->v[j->layer] + (h / group) * hd;
+    const void *kv = m->row_seq[r]->kv;
     size_t n_pos = (size_t)m->row_pos[r] + 1;
     float run_max = -INFINITY, run_sum = 0.0f, s[ATTN_BLOCK];
     memset(out, 0, hd * sizeof *out);
-    for (size_t p0 = 0; p0 < n_pos; p0 += ATTN_BLOCK) {
-        size_t nb = n_pos - p0 < ATTN_BLOCK ? n_pos - p0 : ATTN_BLOCK;
+    sy_tf_kv_view view;
+    for (size_t p0 = 0; p0 < n_pos; p0 += view.n) {
+        /* K and V of this head's group for positions p0 .. p0+nb-1 (the store may return fewer than asked) */
+        size_t want = n_pos - p0 < ATTN_BLOCK ? n_pos - p0 : ATTN_BLOCK;
+        m->kv_ops->read(m->kv_store, kv, j->layer, (uint32_t)p0, (uint32_t)want, (uint32_t)((h / group) * hd),
+                        (uint32_t)hd, thread_index, &view);
+        const float *K = view.k, *V = view.v;
+        size_t nb = view.n;
         float block_max = -INFINITY;
         for (size_t i = 0; i < nb; i++) {
-            s[i] = m->kern->dot_f32(q, K + (p0 + i) * m->kv_dim, hd) * scale;
+            s[i] = m->kern->dot_f32(q, K + i * view.stride, hd) * scale;
             if (s[i] > block_max) block_max = s[i];
         }
         if (block_max > run_max) { /* rescale what was summed under the old maximum */
@@ -477,7 +636,7 @@ static void attention_head(void *arg, size_t task, size_t thread_index) {
         for (size_t i = 0; i < nb; i++) {
             float e = expf(s[i] - run_max);
             run_sum += e;
-            m->kern->axpy_f32(out, e, V + (p0 + i) * m->kv_dim, hd);
+            m->kern->axpy_f32(out, e, V + i * view.stride, hd);
         }
     }
     float inv = 1.0f / run_sum;
@@ -511,9 +670,18 @@ static bool attention_block(sy_tf_model *m, uint32_t l, size_t N) {
         sy_rope_f32(q, c->n_head, c->head_dim, c->rope_dims, pos, m->inv_freq, c->arch->rope_style);
         sy_rope_f32(k, c->n_head_kv, c->head_dim, c->rope_dims, pos, m->inv_freq, c->arch->rope_style);
         /* into the sequence's cache at the row's position (committed only when the whole decode succeeds) */
-        sy_tf_seq *s = m->row_seq[r];
-        memcpy(s->k[l] + (size_t)m->row_pos[r] * m->kv_dim, k, m->kv_dim * sizeof(float));
-        memcpy(s->v[l] + (size_t)m->row_pos[r] * m->kv_dim, m->v + r * m->kv_dim, m->kv_dim * sizeof(float));
+        m->kv_ops->write(m->kv_store, m->row_seq[r]->kv, l, m->row_pos[r], k, m->v + r * m->kv_dim);
+    }
+    if (m->kv_ops->prepare) {
+        /* the chunk's sequences (their rows are adjacent) and how far each one's reads reach */
+        void *kvs[SY_TF_MAX_BATCH];
+        uint32_t n_pos[SY_TF_MAX_BATCH];
+        size_t n_kvs = 0;
+        for (size_t r = 0; r < N; r++) {
+            if (n_kvs == 0 || kvs[n_kvs - 1] != m->row_seq[r]->kv) kvs[n_kvs++] = m->row_seq[r]->kv;
+            n_pos[n_kvs - 1] = m->row_pos[r] + 1;
+        }
+        m->kv_ops->prepare(m->kv_store, l, kvs, n_pos, n_kvs);
     }
 
     attn_job j = {m, l};
@@ -557,12 +725,17 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
             return SY_ERR_UNSUPPORTED;
         }
     }
+    for (size_t r = 0; m->lfm2 && r < N; r++)
+        sy_lfm2_bind_row(m->lfm2, r, m->row_seq[r]->conv, m->row_pos[r], m->row_seq[r]->len);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         if (cancel && cancel(cancel_ctx)) {
             set_error(err, err_size, "cancelled");
             return SY_ERR_CANCELLED;
         }
-        if (!attention_block(m, l, N) || !ffn_block(m, l, N)) {
+        bool ok = m->layers[l].kind == SY_TF_LAYER_SHORT_CONV
+                      ? sy_lfm2_conv_block(m->lfm2, l, m->x, N, m->layers[l].attn_norm, c->rms_eps, matmul_ctx, m)
+                      : attention_block(m, l, N);
+        if (!ok || !ffn_block(m, l, N)) {
             set_error(err, err_size, "layer %u: a matrix product failed", l);
             return SY_ERR_INTERNAL;
         }
@@ -588,34 +761,42 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
     return SY_OK;
 }
 
+sy_status sy_tf_check_item(size_t index, uint64_t *seq_mark, uint64_t mark, uint32_t seq_len, const int32_t *tokens,
+                           uint32_t n_tokens, uint32_t n_logits, const float *logits, uint32_t n_ctx,
+                           uint32_t n_vocab, char *err, size_t err_size) {
+    if (seq_mark == NULL || (n_tokens > 0 && tokens == NULL) || n_logits > n_tokens ||
+        (n_logits > 0 && logits == NULL)) {
+        set_error(err, err_size, "item %zu: missing sequence, tokens or logits buffer, or n_logits > n_tokens", index);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    if (*seq_mark == mark) {
+        set_error(err, err_size, "item %zu: the sequence appears twice in the batch", index);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    *seq_mark = mark;
+    if ((uint64_t)seq_len + n_tokens > n_ctx) {
+        set_error(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", index, seq_len, n_tokens,
+                  n_ctx);
+        return SY_ERR_CONTEXT_FULL;
+    }
+    for (uint32_t t = 0; t < n_tokens; t++) {
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= n_vocab) {
+            set_error(err, err_size, "item %zu: token id %d out of range (vocabulary %u)", index, tokens[t], n_vocab);
+            return SY_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return SY_OK;
+}
+
 static sy_status validate_batch(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_items, char *err,
                                 size_t err_size) {
     uint64_t mark = ++m->decode_calls;
     for (size_t i = 0; i < n_items; i++) {
         const sy_tf_batch_item *it = &items[i];
-        if (it->seq == NULL || (it->n_tokens > 0 && it->tokens == NULL) || it->n_logits > it->n_tokens ||
-            (it->n_logits > 0 && it->logits == NULL)) {
-            set_error(err, err_size, "item %zu: missing sequence, tokens or logits buffer, or n_logits > n_tokens",
-                      i);
-            return SY_ERR_INVALID_ARGUMENT;
-        }
-        if (it->seq->mark == mark) {
-            set_error(err, err_size, "item %zu: the sequence appears twice in the batch", i);
-            return SY_ERR_INVALID_ARGUMENT;
-        }
-        it->seq->mark = mark;
-        if ((uint64_t)it->seq->len + it->n_tokens > m->n_ctx) {
-            set_error(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", i, it->seq->len,
-                      it->n_tokens, m->n_ctx);
-            return SY_ERR_CONTEXT_FULL;
-        }
-        for (uint32_t t = 0; t < it->n_tokens; t++) {
-            if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab) {
-                set_error(err, err_size, "item %zu: token id %d out of range (vocabulary %u)", i, it->tokens[t],
-                          m->cfg.n_vocab);
-                return SY_ERR_INVALID_ARGUMENT;
-            }
-        }
+        sy_status st = sy_tf_check_item(i, it->seq ? &it->seq->mark : NULL, mark, it->seq ? it->seq->len : 0,
+                                        it->tokens, it->n_tokens, it->n_logits, it->logits, m->n_ctx,
+                                        m->cfg.n_vocab, err, err_size);
+        if (st != SY_OK) return st;
     }
     return SY_OK;
 }
@@ -625,8 +806,10 @@ sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_i
     sy_status st = validate_batch(m, items, n_items, err, err_size);
     if (st != SY_OK) return st;
     for (size_t i = 0; i < n_items; i++) {
-        if (!seq_reserve(m, items[i].seq, items[i].seq->len + items[i].n_tokens)) {
-            set_error(err, err_size, "out of memory for the KV cache of item %zu", i);
+        sy_tf_seq *s = items[i].seq;
+        char why[200];
+        if (!m->kv_ops->reserve(m->kv_store, s->kv, s->len, s->len + items[i].n_tokens, why, sizeof why)) {
+            set_error(err, err_size, "KV cache of item %zu: %s", i, why);
             return SY_ERR_OUT_OF_MEMORY;
         }
     }
@@ -655,6 +838,10 @@ sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_i
         st = forward_chunk(m, tokens, outs, N, cancel, cancel_ctx, err, err_size);
         if (st != SY_OK) return st;
     }
-    for (size_t i = 0; i < n_items; i++) items[i].seq->len += items[i].n_tokens;
+    for (size_t i = 0; i < n_items; i++) {
+        sy_tf_seq *s = items[i].seq;
+        if (s->conv) sy_lfm2_seq_commit(m->lfm2, s->conv, s->len, items[i].n_tokens);
+        s->len += items[i].n_tokens;
+    }
     return SY_OK;
 }

@@ -2,12 +2,15 @@
  * mapped them, in their storage type. Read transformer.c top to bottom for the forward pass.
  *
  * Architectures are rows of a table (sy_tf_arch), not forks of the code: what differs between llama, qwen2 and
- * qwen3 is the RoPE pairing, biases on the q/k/v projections, and an RMSNorm over each q/k head.
+ * qwen3 is the RoPE pairing, biases on the q/k/v projections, and an RMSNorm over each q/k head. lfm2 (qwen3's
+ * attention) adds a second layer kind, the gated short convolution, whose per-sequence rolling state lives in
+ * transformer_lfm2.{h,c}; seq_truncate can roll it back SY_LFM2_ROLLBACK tokens (SY_ERR_UNSUPPORTED beyond).
  *
  * Shapes (ggml convention, as GGUF stores them): a matrix of `rows` x `cols` has `rows` rows of `cols`
  * elements; a projection y = W x takes x of `cols` and gives y of `rows`.
  *
- * Sequences hold their tokens' K and V in RAM as F32, one buffer per layer, grown as they fill up to n_ctx.
+ * Sequences hold their tokens' K and V in a KV store: by default in RAM as F32, one buffer per layer, grown as they
+ * fill up to n_ctx; sy_tf_set_kv_store installs another (kv_cache.h keeps them in F16 files on disk).
  * sy_tf_decode runs any number of sequences at once; all tokens of a call pass through each matrix together, so a
  * weight row is read once per chunk of up to SY_TF_MAX_BATCH tokens.
  *
@@ -36,6 +39,7 @@ typedef struct sy_tf_arch {
     sy_rope_style rope_style; /* llama: pairs (2i, 2i+1); qwen: pairs (i, i + d/2) */
     bool qkv_bias;            /* qwen2: q, k and v projections have a bias */
     bool qk_norm;             /* qwen3: RMSNorm over each head of q and k, before RoPE */
+    bool short_conv;          /* lfm2: layers may be gated short convolutions (transformer_lfm2.h) */
 } sy_tf_arch;
 
 /* The architecture of that name, or NULL when this core does not run it. */
@@ -54,6 +58,7 @@ typedef struct sy_tf_config {
     double rope_base;   /* theta, e.g. 10000 */
     double rope_scale;  /* linear position scaling: positions are divided by it (1 = none) */
     float rms_eps;
+    uint32_t conv_kernel; /* short_conv architectures: kernel width of the causal convolution (lfm2 conv_L_cache) */
 } sy_tf_config;
 
 /* A weight matrix of rows x cols in place: row r starts at data + r * row_bytes. */
@@ -74,8 +79,15 @@ typedef struct sy_tf_vector {
     uint64_t n;
 } sy_tf_vector;
 
+/* What a layer does before its feed-forward block. */
+typedef enum sy_tf_layer_kind {
+    SY_TF_LAYER_ATTENTION = 0,
+    SY_TF_LAYER_SHORT_CONV = 1, /* lfm2: y = out_proj(C * conv(B * x)) with B, C, x = in_proj(xn) */
+} sy_tf_layer_kind;
+
 typedef struct sy_tf_layer_weights {
-    sy_tf_vector attn_norm;            /* [n_embd] */
+    sy_tf_layer_kind kind;
+    sy_tf_vector attn_norm;            /* [n_embd] (lfm2: operator_norm, for both layer kinds) */
     sy_tf_matrix wq, wk, wv;           /* [n_head*head_dim | n_head_kv*head_dim] x n_embd */
     sy_tf_vector bq, bk, bv;           /* biases, required by qkv_bias architectures, optional elsewhere */
     sy_tf_vector q_norm, k_norm;       /* [head_dim], qk_norm architectures */
@@ -84,6 +96,13 @@ typedef struct sy_tf_layer_weights {
     sy_tf_vector ffn_norm;             /* [n_embd] */
     sy_tf_matrix w_gate, w_up;         /* n_ff x n_embd */
     sy_tf_matrix w_down;               /* n_embd x n_ff */
+    /* SY_TF_LAYER_SHORT_CONV layers instead of wq..bo: */
+    sy_tf_matrix conv_in;              /* 3*n_embd x n_embd: rows [0,n) give B, [n,2n) C, [2n,3n) x */
+    sy_tf_vector conv_in_bias;         /* optional [3*n_embd] */
+    sy_tf_vector conv_kernel;          /* [n_embd * conv_kernel]: channel c's taps at c*conv_kernel, oldest first */
+    sy_tf_vector conv_bias;            /* optional [n_embd] */
+    sy_tf_matrix conv_out;             /* n_embd x n_embd */
+    sy_tf_vector conv_out_bias;        /* optional [n_embd] */
 } sy_tf_layer_weights;
 
 typedef struct sy_tf_weights {
@@ -103,6 +122,8 @@ typedef struct sy_tf_seq sy_tf_seq;
 sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, uint32_t n_threads,
                           char *err, size_t err_size);
 void sy_tf_destroy(sy_tf_model *m);
+/* The checks of sy_tf_create alone (for other backends over the same weights: reference_forward.h). */
+bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size);
 
 const sy_tf_config *sy_tf_model_config(const sy_tf_model *m);
 uint32_t sy_tf_n_ctx(const sy_tf_model *m);
@@ -111,9 +132,10 @@ uint32_t sy_tf_n_ctx(const sy_tf_model *m);
 sy_tf_seq *sy_tf_seq_create(sy_tf_model *m);
 void sy_tf_seq_free(sy_tf_model *m, sy_tf_seq *s);
 uint32_t sy_tf_seq_length(const sy_tf_seq *s);
-/* Keep the first n tokens; SY_ERR_INVALID_ARGUMENT when n > length. */
+/* Keep the first n tokens; SY_ERR_INVALID_ARGUMENT when n > length, SY_ERR_UNSUPPORTED when a recurrent state
+ * (lfm2) cannot go back that far (nothing changes then). */
 sy_status sy_tf_seq_truncate(sy_tf_model *m, sy_tf_seq *s, uint32_t n);
-/* A new sequence with a copy of the first n tokens of src. */
+/* A new sequence with a copy of the first n tokens of src (SY_ERR_UNSUPPORTED as for truncate). */
 sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf_seq **out);
 
 /* One sequence's part of a decode: tokens appended at its end; logits (n_logits rows of n_vocab) for the last
@@ -134,12 +156,63 @@ typedef int (*sy_tf_cancel_fn)(void *ctx);
  * SY_ERR_CANCELLED; err says which. */
 sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_items, sy_tf_cancel_fn cancel,
                        void *cancel_ctx, char *err, size_t err_size);
+/* The checks sy_tf_decode makes on item `index` before anything runs, for other backends of the same contract:
+ * a sequence (seq_mark NULL: none) that is not twice in the batch (its mark is set to `mark`), buffers present,
+ * n_logits <= n_tokens, seq_len + n_tokens <= n_ctx, token ids below n_vocab. */
+sy_status sy_tf_check_item(size_t index, uint64_t *seq_mark, uint64_t mark, uint32_t seq_len, const int32_t *tokens,
+                           uint32_t n_tokens, uint32_t n_logits, const float *logits, uint32_t n_ctx,
+                           uint32_t n_vocab, char *err, size_t err_size);
 
-/* Bytes held now: KV of all sequences, and everything else allocated (KV included). any-thread. */
+/* Bytes held now: the live KV of all sequences; anonymous memory allocated (KV in RAM included); file-backed
+ * mappings of the KV store (disk KV). any-thread. */
 typedef struct sy_tf_memory_info {
     uint64_t kv_bytes;
     uint64_t resident_bytes;
+    uint64_t mapped_bytes;
 } sy_tf_memory_info;
 void sy_tf_memory(const sy_tf_model *m, sy_tf_memory_info *out);
+
+/* ---- KV stores ----
+ * Where sequences keep the keys and values of their positions. `store` is the store's own context; `kv` is one
+ * sequence's part of it. Each position of each layer is written once by decode (in the serial part, in position
+ * order) and then read by the attention from the pool's threads: `read` must be safe against concurrent reads;
+ * every other call is serial. Positions at or past a sequence's committed length hold nothing a reader may rely
+ * on (decode rewrites them), so truncation is just a shorter length. */
+typedef struct sy_tf_kv_view {
+    const float *k, *v; /* K and V of position p0 + i at k + i * stride, v + i * stride */
+    size_t stride;      /* in floats */
+    uint32_t n;         /* positions in the view: 1 .. the count asked for */
+} sy_tf_kv_view;
+
+typedef struct sy_tf_kv_store_ops {
+    void *(*seq_create)(void *store); /* NULL when out of memory */
+    void (*seq_free)(void *store, void *kv);
+    /* Make positions [keep, need) writable; positions [0, keep) keep their content. need <= n_ctx. false with
+     * one line in err on failure, with [0, keep) intact. */
+    bool (*reserve)(void *store, void *kv, uint32_t keep, uint32_t need, char *err, size_t err_size);
+    /* Store one position's K and V (kv_dim floats each, after RoPE) in a reserved position. */
+    void (*write)(void *store, void *kv, uint32_t layer, uint32_t pos, const float *k, const float *v);
+    /* Optional: called once per layer of a chunk, before its attention reads, with the sequences of the chunk and
+     * how many positions of each the reads will cover (a chance to stage them). */
+    void (*prepare)(void *store, uint32_t layer, void *const *kvs, const uint32_t *n_pos, size_t n_kvs);
+    /* View of positions [p0, p0 + n) of a layer, columns [col, col + n_cols) of K and V. thread_index is the
+     * pool's (0 .. n_threads-1) so a store can use per-thread scratch; the view stays valid until that thread's
+     * next read. */
+    void (*read)(void *store, const void *kv, uint32_t layer, uint32_t p0, uint32_t n, uint32_t col,
+                 uint32_t n_cols, size_t thread_index, sy_tf_kv_view *out);
+    /* Make dst (empty) hold src's first n positions. false with err on failure. */
+    bool (*copy_prefix)(void *store, void *dst, const void *src, uint32_t n, char *err, size_t err_size);
+    /* Optional: the sequence now holds n positions (n <= its length before); the store may release the rest. */
+    void (*truncate)(void *store, void *kv, uint32_t n);
+    /* Adds the store's bytes to *out. any-thread. */
+    void (*memory)(const void *store, sy_tf_memory_info *out);
+} sy_tf_kv_store_ops;
+
+/* Installs a KV store; only while the model has no sequences (SY_ERR_INVALID_ARGUMENT otherwise). The store
+ * must serve n_layer layers of kv_dim = n_head_kv * head_dim floats per position and up to sy_tf_n_ctx positions
+ * per sequence, with reads from up to sy_tf_n_threads threads; it must outlive the model (the caller frees it
+ * after sy_tf_destroy). NULL ops restore the RAM store. */
+sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void *store);
+uint32_t sy_tf_n_threads(const sy_tf_model *m);
 
 #endif

@@ -1,12 +1,17 @@
 /* gguf-quant: GGUF models (plain `.gguf` files or Ollama blobs) on the CPU, weights used in place from the
  * mapping in their stored type (F32, F16, BF16, Q4_0 ... Q8_0, K-quants), over the shared CPU transformer core.
  *
- * Architectures: the rows of the transformer core's table (llama, qwen2, qwen3). Tokenizers: SentencePiece
- * ("llama") and byte-level BPE ("gpt2" with the qwen2 / llama-bpe / gpt-2 pre-tokenizers), see gguf_vocab.h.
+ * Architectures: the rows of the transformer core's table (llama, qwen2, qwen3, lfm2). Tokenizers: SentencePiece
+ * ("llama") and byte-level BPE ("gpt2" with the qwen2 / llama-bpe / gpt-2 / smollm pre-tokenizers), see gguf_vocab.h.
  * Anything else (architecture, tokenizer, tensor type) is refused with a message naming it.
  *
  * Loading reads the header and metadata, maps the file and points the transformer at the tensors: no weight is
  * copied (norm vectors and biases, which are tiny, are converted to F32).
+ *
+ * lfm2 (llama.cpp's layout): `lfm2.attention.head_count_kv` is an array with 0 for the short-conv layers, whose
+ * tensors are blk.N.shortconv.{in_proj,conv,out_proj}.weight (conv: dims [conv_L_cache, n_embd]); the final norm
+ * is `token_embd_norm.weight`; `lfm2.shortconv.l_cache` is the kernel width. seq_truncate rolls the conv state back
+ * at most SY_LFM2_ROLLBACK tokens (deeper: SY_ERR_UNSUPPORTED); sliding-window attention is refused.
  *
  * Options (load): threads=N (default: the CPUs this process may use), ctx_size=N (default: the model's training
  * context; tokens one sequence may hold). Others are ignored (logged at debug level).
@@ -34,6 +39,7 @@
 #include "threadpool.h"
 #include "gguf_vocab.h"
 #include "transformer.h"
+#include "transformer_lfm2.h"
 
 #define PLUGIN_NAME "gguf-quant"
 #define FINGERPRINT_SAMPLE_BYTES 256
@@ -145,6 +151,66 @@ static bool required_u32(const sy_gguf *g, const char *arch, const char *suffix,
     return r == 1;
 }
 
+/* "<arch>.attention.head_count_kv": one value, or (hybrid models, as llama.cpp writes them) one per layer, where 0
+ * marks a layer without attention; the nonzero ones must agree. Sets c->n_head_kv; the per-layer zeros are read
+ * again by layer_kinds(). */
+static bool read_head_count_kv(const sy_gguf *g, const char *arch, sy_tf_config *c) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    int64_t kv = sy_gguf_find_key(g, key);
+    sy_gguf_type et;
+    uint64_t count;
+    if (kv < 0 || !sy_gguf_kv_array(g, (uint64_t)kv, &et, &count))
+        return arch_u32(g, arch, "attention.head_count_kv", &c->n_head_kv) >= 0;
+    if (count != c->n_layer) {
+        fail(SY_ERR_FORMAT, "metadata key '%s': %llu entries for %u layers", key, (unsigned long long)count,
+             c->n_layer);
+        return false;
+    }
+    uint32_t seen = 0;
+    for (uint64_t l = 0; l < count; l++) {
+        uint64_t v;
+        if (!sy_gguf_array_uint(g, (uint64_t)kv, l, &v) || v > UINT32_MAX) {
+            fail(SY_ERR_FORMAT, "metadata key '%s': entry %llu is not an unsigned 32-bit integer", key,
+                 (unsigned long long)l);
+            return false;
+        }
+        if (v != 0 && seen != 0 && v != seen) {
+            fail(SY_ERR_UNSUPPORTED, "metadata key '%s': layers with different KV head counts (%u, %llu)", key,
+                 seen, (unsigned long long)v);
+            return false;
+        }
+        if (v != 0) seen = (uint32_t)v;
+    }
+    if (seen == 0) {
+        fail(SY_ERR_FORMAT, "metadata key '%s': no layer has attention", key);
+        return false;
+    }
+    c->n_head_kv = seen;
+    return true;
+}
+
+/* Marks the layers whose head_count_kv entry is 0 as short-conv layers (architectures with short_conv only). */
+static bool layer_kinds(const sy_gguf *g, const char *arch, const sy_tf_config *c, sy_tf_layer_weights *layers) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    int64_t kv = sy_gguf_find_key(g, key);
+    sy_gguf_type et;
+    uint64_t count;
+    if (kv < 0 || !sy_gguf_kv_array(g, (uint64_t)kv, &et, &count)) return true; /* all attention */
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        uint64_t v = 1;
+        sy_gguf_array_uint(g, (uint64_t)kv, l, &v); /* checked by read_head_count_kv */
+        if (v != 0) continue;
+        if (!c->arch->short_conv) {
+            fail(SY_ERR_UNSUPPORTED, "layer %u has no attention (%s = 0), which %s does not support", l, key, arch);
+            return false;
+        }
+        layers[l].kind = SY_TF_LAYER_SHORT_CONV;
+    }
+    return true;
+}
+
 /* Reads the hyper-parameters llama.cpp reads for these architectures. */
 static bool read_config(const sy_gguf *g, const char *arch, sy_tf_config *c, uint32_t *n_ctx_train) {
     memset(c, 0, sizeof *c);
@@ -155,7 +221,7 @@ static bool read_config(const sy_gguf *g, const char *arch, sy_tf_config *c, uin
         !required_u32(g, arch, "context_length", n_ctx_train))
         return false;
     c->n_head_kv = c->n_head;
-    if (arch_u32(g, arch, "attention.head_count_kv", &c->n_head_kv) < 0) return false;
+    if (!read_head_count_kv(g, arch, c)) return false;
     if (c->n_head == 0 || c->n_embd % c->n_head != 0) {
         fail(SY_ERR_FORMAT, "embedding length %u is not a multiple of the head count %u", c->n_embd, c->n_head);
         return false;
@@ -194,6 +260,21 @@ static bool read_config(const sy_gguf *g, const char *arch, sy_tf_config *c, uin
     c->rms_eps = (float)eps;
     c->rope_base = base;
     c->rope_scale = scale;
+    if (c->arch->short_conv) {
+        if (!required_u32(g, arch, "shortconv.l_cache", &c->conv_kernel)) return false;
+        if (c->conv_kernel < 2 || c->conv_kernel > SY_LFM2_MAX_KERNEL) {
+            fail(SY_ERR_FORMAT, "metadata key '%s.shortconv.l_cache': short convolution width %u out of range [2, %u]",
+                 arch, c->conv_kernel, SY_LFM2_MAX_KERNEL);
+            return false;
+        }
+    }
+    uint32_t window = 0;
+    if (arch_u32(g, arch, "attention.sliding_window", &window) < 0) return false;
+    if (window > 0) {
+        fail(SY_ERR_UNSUPPORTED, "sliding-window attention (%s.attention.sliding_window = %u) is not supported", arch,
+             window);
+        return false;
+    }
     return true;
 }
 
@@ -242,6 +323,47 @@ static bool get_vector(const sy_gguf *g, const char *name, sy_tf_vector *out) {
     out->type = (sy_dtype)t->type;
     out->n = t->dims[0];
     return true;
+}
+
+/* A required 2-D tensor of dims [cols, rows] read as one vector of rows*cols elements (lfm2's conv kernel: taps
+ * fastest). */
+static bool get_flat_vector(const sy_gguf *g, const char *name, uint64_t cols, sy_tf_vector *out) {
+    memset(out, 0, sizeof *out);
+    const sy_gguf_tensor *t = sy_gguf_find_tensor(g, name);
+    if (t == NULL) {
+        fail(SY_ERR_FORMAT, "tensor %s is missing", name);
+        return false;
+    }
+    if (sy_dtype_get(t->type) == NULL) {
+        const char *tn = sy_gguf_tensor_type_name(t->type);
+        fail(SY_ERR_UNSUPPORTED, "tensor %s: type %s is not supported by " PLUGIN_NAME, name, tn ? tn : "unknown");
+        return false;
+    }
+    if (t->dims[0] != cols || t->dims[2] != 1 || t->dims[3] != 1) {
+        fail(SY_ERR_FORMAT, "tensor %s: expected dimensions [%llu, n]", name, (unsigned long long)cols);
+        return false;
+    }
+    out->name = t->name;
+    out->data = t->data;
+    out->type = (sy_dtype)t->type;
+    out->n = t->n_elements;
+    return true;
+}
+
+/* An lfm2 short-conv layer: operator norm, in_proj / conv / out_proj (biases optional), and the usual FFN. */
+static bool get_conv_layer(const sy_gguf *g, uint32_t l, uint32_t kernel, sy_tf_layer_weights *w) {
+    char n[11][64];
+    static const char *const suffix[11] = {
+        "attn_norm.weight", "shortconv.in_proj.weight", "shortconv.in_proj.bias", "shortconv.conv.weight",
+        "shortconv.conv.bias", "shortconv.out_proj.weight", "shortconv.out_proj.bias", "ffn_norm.weight",
+        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+    for (int i = 0; i < 11; i++) snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suffix[i]);
+    return get_vector(g, n[0], &w->attn_norm) && get_matrix(g, n[1], true, &w->conv_in) &&
+           get_vector(g, n[2], &w->conv_in_bias) && get_flat_vector(g, n[3], kernel, &w->conv_kernel) &&
+           get_vector(g, n[4], &w->conv_bias) && get_matrix(g, n[5], true, &w->conv_out) &&
+           get_vector(g, n[6], &w->conv_out_bias) && get_vector(g, n[7], &w->ffn_norm) &&
+           get_matrix(g, n[8], true, &w->w_gate) && get_matrix(g, n[9], true, &w->w_up) &&
+           get_matrix(g, n[10], true, &w->w_down);
 }
 
 static bool get_layer(const sy_gguf *g, uint32_t l, sy_tf_layer_weights *w) {
@@ -342,6 +464,11 @@ static sy_status build_model(sy_model *m, uint32_t threads, uint32_t n_ctx) {
         !get_vector(g, "rope_freqs.weight", &w.rope_freq_factors))
         return error_status;
     if (w.output.data == NULL) w.output = w.token_embd; /* tied embeddings */
+    /* llama.cpp names lfm2's final norm token_embd_norm (HF: model.embedding_norm, applied after the layers) */
+    if (w.output_norm.data == NULL && cfg.arch->short_conv) {
+        if (!get_vector(g, "token_embd_norm.weight", &w.output_norm)) return error_status;
+        if (w.output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor token_embd_norm.weight is missing");
+    }
     if (w.token_embd.rows != gq_vocab_size(m->vocab))
         return fail(SY_ERR_FORMAT, "token_embd.weight has %llu rows but the vocabulary has %u tokens",
                     (unsigned long long)w.token_embd.rows, gq_vocab_size(m->vocab));
@@ -349,8 +476,12 @@ static sy_status build_model(sy_model *m, uint32_t threads, uint32_t n_ctx) {
     if (cfg.n_layer > 4096) return fail(SY_ERR_FORMAT, "%u layers", cfg.n_layer);
     m->layers = calloc(cfg.n_layer ? cfg.n_layer : 1, sizeof *m->layers);
     if (m->layers == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
-    for (uint32_t l = 0; l < cfg.n_layer; l++)
-        if (!get_layer(g, l, &m->layers[l])) return error_status;
+    if (!layer_kinds(g, m->architecture, &cfg, m->layers)) return error_status;
+    for (uint32_t l = 0; l < cfg.n_layer; l++) {
+        bool ok = m->layers[l].kind == SY_TF_LAYER_SHORT_CONV ? get_conv_layer(g, l, cfg.conv_kernel, &m->layers[l])
+                                                              : get_layer(g, l, &m->layers[l]);
+        if (!ok) return error_status;
+    }
     w.layers = m->layers;
 
     if (n_ctx == 0) n_ctx = m->n_ctx_train ? m->n_ctx_train : 4096;
@@ -510,7 +641,11 @@ static uint32_t gq_seq_length(const sy_model *m, const sy_seq *s) {
 
 static sy_status gq_seq_truncate(sy_model *m, sy_seq *s, uint32_t n) {
     if (m == NULL || s == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "seq_truncate: bad arguments");
-    if (sy_tf_seq_truncate(m->tf, s->tf, n) != SY_OK)
+    sy_status st = sy_tf_seq_truncate(m->tf, s->tf, n);
+    if (st == SY_ERR_UNSUPPORTED)
+        return fail(st, "seq_truncate: the recurrent state cannot roll back from %u to %u tokens",
+                    sy_tf_seq_length(s->tf), n);
+    if (st != SY_OK)
         return fail(SY_ERR_INVALID_ARGUMENT, "seq_truncate: %u is more than the %u tokens held", n,
                     sy_tf_seq_length(s->tf));
     return SY_OK;
@@ -522,8 +657,12 @@ static sy_status gq_seq_fork(sy_model *m, const sy_seq *src, uint32_t n, sy_seq 
         return fail(SY_ERR_INVALID_ARGUMENT, "seq_fork: %u is more than the %u tokens held", n,
                     sy_tf_seq_length(src->tf));
     sy_seq *s = calloc(1, sizeof *s);
-    if (s == NULL || sy_tf_seq_fork(m->tf, src->tf, n, &s->tf) != SY_OK) {
+    sy_status st = s ? sy_tf_seq_fork(m->tf, src->tf, n, &s->tf) : SY_ERR_OUT_OF_MEMORY;
+    if (st != SY_OK) {
         free(s);
+        if (st == SY_ERR_UNSUPPORTED)
+            return fail(st, "seq_fork: the recurrent state cannot roll back from %u to %u tokens",
+                        sy_tf_seq_length(src->tf), n);
         return fail(SY_ERR_OUT_OF_MEMORY, "seq_fork: out of memory");
     }
     *out = s;

@@ -1,7 +1,7 @@
 /* The tokenizer a GGUF file describes, whichever kind it is:
  *   tokenizer.ggml.model "llama": SentencePiece (plugins/common/tokenizer_spm);
  *   tokenizer.ggml.model "gpt2":  byte-level BPE (plugins/common/tokenizer_bpe) with the pre-tokenizer named by
- *                                 tokenizer.ggml.pre ("qwen2", "llama-bpe", "gpt-2"), merges from
+ *                                 tokenizer.ggml.pre ("qwen2", "llama-bpe", "gpt-2", "smollm"), merges from
  *                                 tokenizer.ggml.merges, control tokens as special added tokens and user-defined
  *                                 tokens as normal added tokens, BOS/EOS around the text when add_bos_token /
  *                                 add_eos_token say so.

@@ -16,6 +16,11 @@
 #include "util.h"
 
 int spec_env_open(spec_env *env) {
+    static const char *const names[] = {"test-engine", "spec-drafter"};
+    return spec_env_open_plugins(env, names, 2);
+}
+
+int spec_env_open_plugins(spec_env *env, const char *const *names, size_t n_names) {
     memset(env, 0, sizeof *env);
     const char *build = getenv("SY_BUILD_DIR");
     if (build == NULL) {
@@ -30,9 +35,8 @@ int spec_env_open(spec_env *env) {
     char plugins[256];
     snprintf(plugins, sizeof plugins, "%s/plugins", env->dir);
     if (mkdir(plugins, 0700) != 0) return -1;
-    /* Only these two: other plugins in the build folder may be stale or mid-build. */
-    static const char *const names[] = {"test-engine", "spec-drafter"};
-    for (size_t i = 0; i < 2; i++) {
+    /* Only the plugins named: others in the build folder may be stale or mid-build. */
+    for (size_t i = 0; i < n_names; i++) {
         char target[4096], link_path[400];
         snprintf(target, sizeof target, "%s/plugins/%s.so", build, names[i]);
         snprintf(link_path, sizeof link_path, "%s/%s.so", plugins, names[i]);
@@ -46,7 +50,7 @@ int spec_env_open(spec_env *env) {
         fprintf(stderr, "plugin registry: %s\n", err);
         return -1;
     }
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < n_names; i++) {
         if (sy_plugin_registry_find(&env->reg, names[i]) == NULL) {
             fprintf(stderr, "%s did not load%s%s\n", names[i], env->reg.n_refused ? ": " : "",
                     env->reg.n_refused ? env->reg.refused[0].reason : "");
@@ -81,6 +85,11 @@ char *spec_write_model(const spec_env *env, const char *name, const char *lines)
 
 void spec_open_model(const spec_env *env, const char *path, const char *const *options, size_t n_options,
                      sy_loaded_model *out) {
+    spec_open_model_with(env, "test-engine", path, options, n_options, out);
+}
+
+void spec_open_model_with(const spec_env *env, const char *plugin, const char *path, const char *const *options,
+                          size_t n_options, sy_loaded_model *out) {
     sy_option opts[16];
     char keys[16][64], values[16][64];
     assert_true(n_options <= 16);
@@ -93,8 +102,8 @@ void spec_open_model(const spec_env *env, const char *path, const char *const *o
         opts[i].value = values[i];
     }
     char err[512];
-    int rc = sy_loaded_model_open(&env->reg, "test-engine", path, opts, n_options, out, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "%s\n", err);
+    int rc = sy_loaded_model_open(&env->reg, plugin, path, opts, n_options, out, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "%s: %s\n", path, err);
     assert_int_equal(rc, 0);
 }
 

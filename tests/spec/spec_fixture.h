@@ -21,6 +21,8 @@ typedef struct spec_env {
 /* Creates the temp folder, links the built test-engine and spec-drafter into <dir>/plugins and loads them.
  * 0, or -1 (printing why). */
 int spec_env_open(spec_env *env);
+/* The same with the plugins named (build/plugins/<name>.so each). */
+int spec_env_open_plugins(spec_env *env, const char *const *names, size_t n_names);
 void spec_env_close(spec_env *env);
 
 /* Writes <dir>/<name> as a test-engine model with the given key=value lines; returns the malloc'd path. */
@@ -30,6 +32,9 @@ char *spec_write_file(const spec_env *env, const char *name, const char *text);
 /* Opens a model with the test engine ("key=value" options); asserts success. */
 void spec_open_model(const spec_env *env, const char *path, const char *const *options, size_t n_options,
                      sy_loaded_model *out);
+/* The same with another plugin. */
+void spec_open_model_with(const spec_env *env, const char *plugin, const char *path, const char *const *options,
+                          size_t n_options, sy_loaded_model *out);
 
 /* One generation's result. */
 #define SPEC_MAX_OUT 512

@@ -1,0 +1,149 @@
+/* The engine glue the bundled CPU plugins share: everything of the engine ABI that does not depend on the file
+ * format. A plugin reads its format into a vocabulary (sy_cpu_vocab_ops), an sy_tf_config and sy_tf_weights, and
+ * calls sy_cpu_model_start; this layer then answers model_info, memory_usage, the tokenizer calls, sequences and
+ * decode, over the transformer core (KV in RAM, or on disk with kv_cache_dir) or the reference backend
+ * (backend=reference). The plugin supplies probe and load and lists the shared calls in its sy_engine_api with
+ * SY_CPU_ENGINE_CALLS.
+ *
+ * Load options every CPU engine takes (sy_cpu_options_parse; bad values are refused naming the key, unknown keys
+ * logged at debug level and ignored):
+ *   threads=N          compute threads (default: the CPUs this process may use)
+ *   ctx_size=N         most tokens one sequence may hold (default: the model's training context)
+ *   backend=core|reference
+ *   kv_cache_dir=A,B   keep the KV in F16 files in these directories (kv_cache.h), not in RAM
+ *   kv_max_tokens=N    positions the disk cache holds, all sequences together (default: 4 x ctx_size)
+ *   kv_buffer_mb=N     its resident F32 tile buffer (default 32)
+ *   keep_kv_cache=1    leave its files behind on unload
+ *
+ * Errors: sy_cpu_fail sets the calling thread's message (error_message()); each plugin links its own copy of this
+ * layer, so messages and the host pointer are per plugin.
+ */
+#ifndef SY_CPU_ENGINE_H
+#define SY_CPU_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <switchyard/engine.h>
+#include <xxhash.h>
+
+#include "kv_cache.h"
+#include "reference_forward.h"
+#include "transformer.h"
+
+/* ---- plugin-wide: host, errors, logging ---- */
+
+void sy_cpu_engine_init(const sy_host_api *host, const char *plugin_name);
+void sy_cpu_engine_deinit(void);
+
+/* Sets this thread's error message and returns st. */
+sy_status sy_cpu_fail(sy_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message: "<prefix>: <message>" (e.g. the model path); returns the last status. */
+sy_status sy_cpu_fail_prefix(const char *prefix);
+const char *sy_cpu_error_message(void);
+void sy_cpu_log(sy_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- load options ---- */
+
+typedef enum sy_cpu_backend {
+    SY_CPU_BACKEND_CORE = 0,      /* transformer.h */
+    SY_CPU_BACKEND_REFERENCE = 1, /* reference_forward.h */
+} sy_cpu_backend;
+
+typedef struct sy_cpu_options {
+    uint32_t threads;
+    uint32_t ctx_size;         /* 0: the model's training context */
+    sy_cpu_backend backend;
+    const char *kv_cache_dir;  /* NULL: KV in RAM; points into the caller's options */
+    uint32_t kv_max_tokens;    /* 0: 4 x the context */
+    uint32_t kv_buffer_mb;
+    bool keep_kv_cache;
+} sy_cpu_options;
+
+#define SY_CPU_DEFAULT_KV_BUFFER_MB 32u
+
+/* SY_OK, or SY_ERR_INVALID_ARGUMENT with the message naming the key. */
+sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cpu_options *out);
+
+/* ---- the vocabulary a plugin provides (same protocols as the engine ABI's calls) ---- */
+
+typedef struct sy_cpu_vocab_ops {
+    /* On failure: a status and one line in err. */
+    sy_status (*tokenize)(const void *vocab, const char *text, size_t len, uint32_t flags, int32_t *out,
+                          size_t capacity, size_t *n_out, char *err, size_t err_size);
+    /* SY_ERR_INVALID_ARGUMENT for an id out of range; SY_ERR_BUFFER_TOO_SMALL with *n_out set. */
+    sy_status (*token_bytes)(const void *vocab, int32_t id, char *out, size_t capacity, size_t *n_out);
+    uint32_t (*token_flags)(const void *vocab, int32_t id);
+    uint64_t (*memory)(const void *vocab);
+    void (*free)(void *vocab);
+} sy_cpu_vocab_ops;
+
+/* ---- the model ---- */
+
+struct sy_model {
+    /* facts for model_info; the strings are owned (malloc'd), NULL where absent */
+    char *architecture, *name, *chat_template;
+    char weight_dtype[16];
+    char fingerprint[33];
+    uint32_t n_ctx_train;
+    uint64_t n_params;
+    int32_t bos_token, eos_token, pad_token;
+    bool add_bos;
+    uint64_t weights_mapped_bytes;
+
+    const sy_cpu_vocab_ops *vocab_ops;
+    void *vocab;
+
+    /* the plugin's own data (file handles, weight tables), freed by format_free at unload after the backend */
+    void *format;
+    void (*format_free)(void *format);
+
+    /* set by sy_cpu_model_start */
+    sy_tf_model *tf;
+    sy_ref_model *ref;
+    sy_kv_cache *kv_cache;
+};
+
+struct sy_seq {
+    sy_tf_seq *tf;
+    sy_ref_seq *ref;
+};
+
+/* A zeroed model with the token ids at -1; NULL (message set) when out of memory. */
+sy_model *sy_cpu_model_new(void);
+/* Builds the backend (and the disk KV cache when asked) over weights that must outlive the model. n_ctx 0: the
+ * model's n_ctx_train (or 4096 when that is 0). Message without the path on failure. */
+sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_weights *w,
+                             const sy_cpu_options *opt);
+/* Finishes a fingerprint: the XXH3-128 digest of h as 32 hex digits in m->fingerprint ("unknown" when h is NULL,
+ * i.e. its allocation failed); frees h. */
+void sy_cpu_model_set_fingerprint(sy_model *m, XXH3_state_t *h);
+/* Stats of the disk KV cache; false when the model keeps its KV in RAM. */
+bool sy_cpu_model_kv_cache_stats(const sy_model *m, sy_kv_cache_stats *out);
+
+/* ---- the shared calls of sy_engine_api ---- */
+
+void sy_cpu_unload(sy_model *m);
+sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out);
+sy_status sy_cpu_memory_usage(const sy_model *m, sy_memory_usage *out);
+sy_status sy_cpu_tokenize(const sy_model *m, const char *text, size_t text_len, uint32_t flags, int32_t *out,
+                          size_t capacity, size_t *n_out);
+sy_status sy_cpu_token_to_bytes(const sy_model *m, int32_t token, char *out, size_t capacity, size_t *n_out);
+uint32_t sy_cpu_token_flags(const sy_model *m, int32_t token);
+sy_status sy_cpu_seq_create(sy_model *m, sy_seq **out);
+void sy_cpu_seq_free(sy_model *m, sy_seq *s);
+uint32_t sy_cpu_seq_length(const sy_model *m, const sy_seq *s);
+sy_status sy_cpu_seq_truncate(sy_model *m, sy_seq *s, uint32_t n_tokens);
+sy_status sy_cpu_seq_fork(sy_model *m, const sy_seq *src, uint32_t n_tokens, sy_seq **out);
+sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch);
+
+/* Everything of sy_engine_api but struct_size, probe and load. */
+#define SY_CPU_ENGINE_CALLS                                                                                    \
+    .error_message = sy_cpu_error_message, .unload = sy_cpu_unload, .model_info = sy_cpu_model_info,             \
+    .tokenize = sy_cpu_tokenize, .token_to_bytes = sy_cpu_token_to_bytes, .token_flags = sy_cpu_token_flags,     \
+    .seq_create = sy_cpu_seq_create, .seq_free = sy_cpu_seq_free, .seq_length = sy_cpu_seq_length,               \
+    .seq_truncate = sy_cpu_seq_truncate, .seq_fork = sy_cpu_seq_fork, .decode = sy_cpu_decode,                   \
+    .memory_usage = sy_cpu_memory_usage
+
+#endif

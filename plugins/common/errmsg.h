@@ -1,0 +1,10 @@
+/* One-line error messages into a caller's buffer, the convention of plugins/common ("char *err, size_t err_size"
+ * parameters): err may be NULL or err_size 0 when the caller does not want the message. */
+#ifndef SY_ERRMSG_H
+#define SY_ERRMSG_H
+
+#include <stddef.h>
+
+void sy_errmsg(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,359 @@
+/* qwen-cpu-mmap: Hugging Face checkpoints (a directory with config.json, model.safetensors or a sharded index,
+ * tokenizer.json, tokenizer_config.json, generation_config.json) on the CPU, zero-copy.
+ *
+ * The safetensors files are mapped read-only and every projection is used in place in its stored type (BF16,
+ * F16 or F32) by the transformer core's kernels: nothing is converted or copied but the norm weights and biases
+ * (vectors, copied to F32). The embedding is read one row per token, and with tied embeddings the logits come
+ * from the same mapped matrix.
+ *
+ * Architectures (config.json model_type): qwen2 (q/k/v biases, tied or untied), qwen3 (q/k RMSNorm, head_dim of
+ * its own, optional attention biases), llama (GQA, optional attention biases, default / linear / llama3 RoPE).
+ * Every tensor is checked against the config by name and shape before use; anything else (another model_type,
+ * mlp_bias, yarn RoPE, a sliding window, ...) is refused with a message naming it (hf_config.h refuses most).
+ *
+ * Options: those of cpu_engine.h (threads, ctx_size, backend, kv_cache_dir, kv_max_tokens, kv_buffer_mb,
+ * keep_kv_cache).
+ *
+ * Fingerprint (model_info): XXH3-128, hex, over sy_safetensors_fingerprint (every shard's header and config.json)
+ * and the first 256 bytes (or fewer) of every tensor's data in name order, so equal checkpoints agree and two
+ * that differ in config, layout or (almost surely) weights do not; it touches one page per tensor.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <switchyard/engine.h>
+
+#include "cpu_engine.h"
+#include "hf_config.h"
+#include "hf_vocab.h"
+#include "safetensors.h"
+
+#define PLUGIN_NAME "qwen-cpu-mmap"
+#define FINGERPRINT_SAMPLE_BYTES 256
+#define NAME_BYTES 96
+
+/* Hugging Face llama rotates halves (rotate_half), with q/k weights as trained: NEOX pairing, unlike the GGUF
+ * llama row of the core's table, whose converter permuted the weights for (2i, 2i+1) pairs. */
+static const sy_tf_arch hf_llama_arch = {
+    .name = "llama", .rope_style = SY_ROPE_NEOX, .qkv_bias = false, .qk_norm = false};
+
+/* What load keeps beside the model: the mapped files and the weight tables pointing into them. */
+typedef struct qm_format {
+    sy_safetensors *st;
+    sy_tf_layer_weights *layers;
+    float *rope_factors; /* llama3 RoPE: per-frequency divisors, or NULL */
+} qm_format;
+
+static void format_free(void *p) {
+    qm_format *f = p;
+    if (f == NULL) return;
+    sy_safetensors_close(f->st);
+    free(f->layers);
+    free(f->rope_factors);
+    free(f);
+}
+
+/* ---- config ---- */
+
+/* Llama 3.1 RoPE: frequencies with wavelengths past the original context are divided by `factor`, short ones
+ * kept, the band between blended; expressed as the per-frequency divisors the core takes. */
+static float *llama3_rope_factors(const sy_hf_rope *r, uint32_t rope_dims) {
+    size_t n = rope_dims / 2;
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (f == NULL) return NULL;
+    double old_ctx = r->original_max_position_embeddings;
+    double low_wavelen = old_ctx / r->low_freq_factor, high_wavelen = old_ctx / r->high_freq_factor;
+    for (size_t i = 0; i < n; i++) {
+        double freq = 1.0 / pow(r->theta, (double)(2 * i) / rope_dims), wavelen = 2 * M_PI / freq, scaled;
+        if (wavelen < high_wavelen) {
+            scaled = freq;
+        } else if (wavelen > low_wavelen) {
+            scaled = freq / r->factor;
+        } else {
+            double smooth = (old_ctx / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+            scaled = (1 - smooth) * freq / r->factor + smooth * freq;
+        }
+        f[i] = (float)(freq / scaled);
+    }
+    return f;
+}
+
+/* The core's config from config.json; refuses what the core does not compute. */
+static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config *c) {
+    memset(c, 0, sizeof *c);
+    switch (h->arch) {
+    case SY_HF_ARCH_QWEN2: c->arch = sy_tf_arch_find("qwen2"); break;
+    case SY_HF_ARCH_QWEN3: c->arch = sy_tf_arch_find("qwen3"); break;
+    case SY_HF_ARCH_LLAMA: c->arch = &hf_llama_arch; break;
+    default: return sy_cpu_fail(SY_ERR_UNSUPPORTED, "model_type %s is not supported by " PLUGIN_NAME, h->model_type);
+    }
+    if (c->arch == NULL) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "the CPU core lacks architecture %s", h->model_type);
+    if (h->mlp_bias) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "mlp_bias true is not supported by " PLUGIN_NAME);
+    if (h->qk_norm != c->arch->qk_norm)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "%s with%s q/k norms is not supported", h->model_type,
+                           h->qk_norm ? "" : "out");
+    c->n_vocab = h->vocab_size;
+    c->n_embd = h->hidden_size;
+    c->n_ff = h->intermediate_size;
+    c->n_layer = h->num_hidden_layers;
+    c->n_head = h->num_attention_heads;
+    c->n_head_kv = h->num_key_value_heads;
+    c->head_dim = h->head_dim;
+    c->rope_dims = h->head_dim;
+    c->rope_base = h->rope.theta;
+    c->rope_scale = 1.0;
+    c->rms_eps = (float)h->rms_norm_eps;
+    switch (h->rope.type) {
+    case SY_HF_ROPE_DEFAULT: break;
+    case SY_HF_ROPE_LINEAR: c->rope_scale = h->rope.factor; break;
+    case SY_HF_ROPE_LLAMA3:
+        fmt->rope_factors = llama3_rope_factors(&h->rope, c->rope_dims);
+        if (fmt->rope_factors == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+        break;
+    default: return sy_cpu_fail(SY_ERR_UNSUPPORTED, "rope_type yarn is not supported by " PLUGIN_NAME);
+    }
+    return SY_OK;
+}
+
+/* ---- probe: a directory with a config.json this engine runs ---- */
+
+static sy_status qm_probe(const char *path) {
+    if (path == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "probe: no path");
+    struct stat st;
+    if (stat(path, &st) != 0) return sy_cpu_fail(SY_ERR_IO, "%s: cannot open", path);
+    if (!S_ISDIR(st.st_mode))
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "%s: not a Hugging Face checkpoint directory", path);
+    char *config = qm_path_in(path, "config.json");
+    bool has_config = config && stat(config, &st) == 0;
+    free(config);
+    if (!has_config) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "%s: no config.json", path);
+    sy_hf_config cfg;
+    char err[400];
+    if (!sy_hf_config_load(path, &cfg, NULL, err, sizeof err))
+        return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    /* what the core cannot compute (another model_type, mlp_bias, yarn) is refused here already */
+    qm_format scratch = {0};
+    sy_tf_config core;
+    sy_status st2 = core_config(&cfg, &scratch, &core);
+    free(scratch.rope_factors);
+    return st2 == SY_OK ? SY_OK : sy_cpu_fail_prefix(path);
+}
+
+/* ---- tensors ---- */
+
+/* A matrix of exactly rows x cols (PyTorch {out, in}). Absent and optional: data stays NULL, true. */
+static bool bind_matrix(const sy_safetensors *st, const char *name, uint64_t rows, uint64_t cols, bool required,
+                        sy_tf_matrix *out) {
+    memset(out, 0, sizeof *out);
+    if (!required && sy_safetensors_find(st, name) == NULL) return true;
+    char err[400];
+    uint64_t shape[2] = {rows, cols};
+    const sy_safetensors_tensor *t = sy_safetensors_require_shape(st, name, 2, shape, err, sizeof err);
+    if (t == NULL) {
+        sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+        return false;
+    }
+    *out = (sy_tf_matrix){t->name, t->data, (sy_dtype)t->dtype, rows, cols, sy_dtype_row_bytes(t->dtype, cols)};
+    return true;
+}
+
+static bool bind_vector(const sy_safetensors *st, const char *name, uint64_t n, bool required, sy_tf_vector *out) {
+    memset(out, 0, sizeof *out);
+    if (!required && sy_safetensors_find(st, name) == NULL) return true;
+    char err[400];
+    const sy_safetensors_tensor *t = sy_safetensors_require_shape(st, name, 1, &n, err, sizeof err);
+    if (t == NULL) {
+        sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+        return false;
+    }
+    *out = (sy_tf_vector){t->name, t->data, (sy_dtype)t->dtype, n};
+    return true;
+}
+
+/* model.layers.<l>.<suffix> */
+static const char *layer_name(char buf[NAME_BYTES], uint32_t l, const char *suffix) {
+    snprintf(buf, NAME_BYTES, "model.layers.%u.%s", l, suffix);
+    return buf;
+}
+
+static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t l, sy_tf_layer_weights *w) {
+    char n[NAME_BYTES];
+    uint64_t embd = h->hidden_size, ff = h->intermediate_size, hd = h->head_dim;
+    uint64_t q_dim = (uint64_t)h->num_attention_heads * hd, kv_dim = (uint64_t)h->num_key_value_heads * hd;
+    w->kind = SY_TF_LAYER_ATTENTION;
+    return bind_vector(st, layer_name(n, l, "input_layernorm.weight"), embd, true, &w->attn_norm) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.q_proj.weight"), q_dim, embd, true, &w->wq) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.k_proj.weight"), kv_dim, embd, true, &w->wk) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.v_proj.weight"), kv_dim, embd, true, &w->wv) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.o_proj.weight"), embd, q_dim, true, &w->wo) &&
+           bind_vector(st, layer_name(n, l, "self_attn.q_proj.bias"), q_dim, h->qkv_bias, &w->bq) &&
+           bind_vector(st, layer_name(n, l, "self_attn.k_proj.bias"), kv_dim, h->qkv_bias, &w->bk) &&
+           bind_vector(st, layer_name(n, l, "self_attn.v_proj.bias"), kv_dim, h->qkv_bias, &w->bv) &&
+           bind_vector(st, layer_name(n, l, "self_attn.o_proj.bias"), embd, h->o_bias, &w->bo) &&
+           bind_vector(st, layer_name(n, l, "self_attn.q_norm.weight"), hd, h->qk_norm, &w->q_norm) &&
+           bind_vector(st, layer_name(n, l, "self_attn.k_norm.weight"), hd, h->qk_norm, &w->k_norm) &&
+           bind_vector(st, layer_name(n, l, "post_attention_layernorm.weight"), embd, true, &w->ffn_norm) &&
+           bind_matrix(st, layer_name(n, l, "mlp.gate_proj.weight"), ff, embd, true, &w->w_gate) &&
+           bind_matrix(st, layer_name(n, l, "mlp.up_proj.weight"), ff, embd, true, &w->w_up) &&
+           bind_matrix(st, layer_name(n, l, "mlp.down_proj.weight"), embd, ff, true, &w->w_down);
+}
+
+/* weight_dtype, n_params and the fingerprint, from every tensor of the checkpoint. */
+static void describe_weights(sy_model *m, const sy_safetensors *st, const char *config_json, size_t config_len) {
+    uint64_t bytes_by_type[SY_DTYPE_COUNT_ + 1] = {0};
+    XXH3_state_t *h = XXH3_createState();
+    uint64_t base = sy_safetensors_fingerprint(st, config_json, config_len);
+    if (h) {
+        XXH3_128bits_reset(h);
+        XXH3_128bits_update(h, &base, sizeof base);
+    }
+    for (size_t i = 0; i < sy_safetensors_count(st); i++) {
+        const sy_safetensors_tensor *t = sy_safetensors_at(st, i);
+        m->n_params += t->n_elements;
+        if (t->n_dims == 2) bytes_by_type[t->dtype < SY_DTYPE_COUNT_ ? t->dtype : SY_DTYPE_COUNT_] += t->n_bytes;
+        size_t sample = t->n_bytes < FINGERPRINT_SAMPLE_BYTES ? (size_t)t->n_bytes : FINGERPRINT_SAMPLE_BYTES;
+        if (h && sample > 0) XXH3_128bits_update(h, t->data, sample);
+    }
+    uint32_t best = SY_DTYPE_F32;
+    for (uint32_t t = 0; t < SY_DTYPE_COUNT_; t++)
+        if (bytes_by_type[t] > bytes_by_type[best]) best = t;
+    const sy_dtype_traits *dt = sy_dtype_get(best);
+    snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", dt ? dt->name : "unknown");
+    sy_cpu_model_set_fingerprint(m, h);
+}
+
+/* The display name: the directory's last component. */
+static char *dir_name(const char *path) {
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/') start--;
+    char *name = malloc(len - start + 1);
+    if (name) {
+        memcpy(name, path + start, len - start);
+        name[len - start] = '\0';
+    }
+    return name;
+}
+
+/* ---- load ---- */
+
+static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options *opt) {
+    char err[400];
+    sy_hf_config h;
+    sy_hf_generation_config gen;
+    if (!sy_hf_config_load(dir, &h, &gen, err, sizeof err))
+        return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    qm_format *fmt = calloc(1, sizeof *fmt);
+    if (fmt == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    m->format = fmt;
+    m->format_free = format_free;
+    m->architecture = strdup(h.model_type);
+    m->name = dir_name(dir);
+    if (m->architecture == NULL || m->name == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    m->n_ctx_train = h.max_position_embeddings;
+
+    sy_tf_config cfg;
+    sy_status st = core_config(&h, fmt, &cfg);
+    if (st != SY_OK) return st;
+
+    qm_vocab_facts facts;
+    m->vocab = qm_vocab_load(dir, &h, &gen, &facts, &st, err, sizeof err);
+    if (m->vocab == NULL) return sy_cpu_fail(st, "%s", err);
+    m->vocab_ops = &qm_vocab_ops;
+    m->bos_token = facts.bos;
+    m->eos_token = facts.eos;
+    m->pad_token = facts.pad;
+    m->add_bos = facts.add_bos;
+    m->chat_template = facts.chat_template;
+
+    fmt->st = sy_safetensors_open(dir, err, sizeof err);
+    if (fmt->st == NULL) return sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+    m->weights_mapped_bytes = sy_safetensors_mapped_bytes(fmt->st);
+
+    sy_tf_weights w;
+    memset(&w, 0, sizeof w);
+    const uint64_t vocab = h.vocab_size, embd = h.hidden_size;
+    if (!bind_matrix(fmt->st, "model.embed_tokens.weight", vocab, embd, true, &w.token_embd) ||
+        !bind_vector(fmt->st, "model.norm.weight", embd, true, &w.output_norm))
+        return SY_ERR_FORMAT;
+    if (h.tie_word_embeddings) {
+        w.output = w.token_embd; /* transformers ignores a stored lm_head.weight when tied */
+    } else if (!bind_matrix(fmt->st, "lm_head.weight", vocab, embd, true, &w.output)) {
+        return SY_ERR_FORMAT;
+    }
+    if (fmt->rope_factors)
+        w.rope_freq_factors =
+            (sy_tf_vector){"rope_scaling (llama3)", fmt->rope_factors, SY_DTYPE_F32, cfg.rope_dims / 2};
+    fmt->layers = calloc(h.num_hidden_layers, sizeof *fmt->layers);
+    if (fmt->layers == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t l = 0; l < h.num_hidden_layers; l++)
+        if (!bind_layer(fmt->st, &h, l, &fmt->layers[l])) return SY_ERR_FORMAT;
+    w.layers = fmt->layers;
+
+    char *config_path = qm_path_in(dir, "config.json");
+    size_t config_len = 0;
+    char *config_json = config_path ? sy_hf_read_file(config_path, SY_HF_MAX_CONFIG_BYTES, &config_len, err,
+                                                      sizeof err)
+                                    : NULL;
+    free(config_path);
+    if (config_json == NULL) return sy_cpu_fail(SY_ERR_IO, "%s", err);
+    describe_weights(m, fmt->st, config_json, config_len);
+    free(config_json);
+
+    st = sy_cpu_model_start(m, &cfg, &w, opt);
+    if (st != SY_OK) return st;
+    sy_cpu_log(SY_LOG_INFO, "%s, %u layers, %s, %.1f MB mapped, %s backend, KV %s", m->architecture, cfg.n_layer,
+               m->weight_dtype, (double)m->weights_mapped_bytes / 1e6,
+               opt->backend == SY_CPU_BACKEND_REFERENCE ? "reference" : "core",
+               opt->kv_cache_dir ? "on disk" : "in RAM");
+    return SY_OK;
+}
+
+static sy_status qm_load(const char *path, const sy_option *options, size_t n_options, sy_model **out) {
+    if (path == NULL || out == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "load: missing path or output");
+    sy_cpu_options opt;
+    sy_status st = sy_cpu_options_parse(options, n_options, &opt);
+    if (st != SY_OK) return st;
+    st = qm_probe(path);
+    if (st != SY_OK) return st;
+    sy_model *m = sy_cpu_model_new();
+    if (m == NULL) return SY_ERR_OUT_OF_MEMORY;
+    st = build_model(m, path, &opt);
+    if (st != SY_OK) {
+        if (strncmp(sy_cpu_error_message(), path, strlen(path)) != 0) sy_cpu_fail_prefix(path);
+        sy_cpu_unload(m);
+        return st;
+    }
+    *out = m;
+    return SY_OK;
+}
+
+/* ---- the plugin ---- */
+
+static const sy_engine_api engine_api = {
+    .struct_size = sizeof(sy_engine_api),
+    .probe = qm_probe,
+    .load = qm_load,
+    SY_CPU_ENGINE_CALLS,
+};
+
+static sy_status qm_init(const sy_host_api *h) {
+    sy_cpu_engine_init(h, PLUGIN_NAME);
+    return SY_OK;
+}
+
+static void qm_deinit(void) { sy_cpu_engine_deinit(); }
+
+static const void *qm_get_interface(const char *id) {
+    if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
+    return NULL;
+}
+
+SY_DEFINE_PLUGIN_ENTRY(PLUGIN_NAME, "0.1.0",
+                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama) on the CPU, mapped in place",
+                       qm_init, qm_deinit, qm_get_interface);

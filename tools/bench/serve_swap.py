@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Swap latency of `switchyard serve`: a request for model B while model A is loaded, timed to its first token.
+
+    python3 tools/bench/serve_swap.py --model-a /tmp/bench/q4km-a.gguf --model-b /tmp/bench/q4km-b.gguf \
+        --switchyard build/bin/switchyard [--swaps 10] [--threads 2] [--json OUT]
+
+A and B are two GGUF files (two copies of one file work: different paths make different models) in one swap
+group of a server of their own; their pages are read once first (a warm page cache). Model A is loaded by a
+first request; then requests alternate B, A, B, ... each of them a swap: the loaded model is unloaded, the other
+loaded, the prompt prefilled and the first token streamed. The same short prompt is sent with /v1/completions
+(max_tokens 1), so the swap dominates. The config is the default otherwise (persist_on_unload is on, but the
+GGUF plugin has no state extension yet, so no KV snapshot is written or restored). `--rounds` servers are run one
+after another, `--swaps` swaps each.
+
+For comparison: the time to first token of a prompt of the same length on the loaded model (no swap), and
+`switchyard bench` on the same file (the engine's load and 5-token prefill without the server).
+
+The reference point is llama-swap's approach, one llama.cpp server process per model: a swap there is stopping
+one process and starting another, which must load the model before its first token. That cold start is measured
+on the same file with llama.cpp through llama-cpp-python in a fresh process (`--llama-cpp-runs`): the time from
+spawning the process to its first token, and within it the load and the first token (what a llama-server binary,
+which has no Python to import, would need at least).
+"""
+import argparse
+import json
+import re
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_common as sc  # noqa: E402
+
+# The prompts, with first words that differ so that no request reuses another's KV: the swap's request and the
+# no-swap comparisons then prefill the same number of tokens.
+PROMPT = "Hello, my name is"
+FRESH_PROMPTS = ["Goodbye, my name is", "Welcome, my name is", "Thanks, my name is", "Sorry, my name is",
+                 "Yes, my name is", "Well, my name is"]
+
+
+def config(args, work):
+    common = (f"plugin = gguf-quant\ngroup = pair\nparallel = 1\nthreads = {args.threads}\nctx_size = {args.ctx}\n")
+    return (f"[host]\nresume_path = {os.path.join(work, 'resume')}\n\n"
+            f"[model.bench-a]\npath = {os.path.abspath(args.model_a)}\n{common}\n"
+            f"[model.bench-b]\npath = {os.path.abspath(args.model_b)}\n{common}\n"
+            "[group.pair]\nswap = true\n")
+
+
+def ttft(port, model, prompt=PROMPT):
+    r = sc.stream(port, "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0})
+    u = r["usage"] or {}
+    return {"model": model, "ttft_s": r["t_first"] - r["t_send"], "prompt_tokens": u.get("prompt_tokens"),
+            "cached_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens")}
+
+
+def run_switchyard(args):
+    work = args.work_dir
+    os.makedirs(work, exist_ok=True)
+    srv = sc.Server(args.switchyard, config(args, work), args.plugin_dir, work)
+    try:
+        for model in ("bench-a", "bench-b", "bench-a"):  # first loads of each are not counted
+            ttft(srv.port, model)
+        swaps, loaded = [], []
+        for i in range(args.swaps):
+            model = ("bench-b", "bench-a")[i % 2]
+            swaps.append(ttft(srv.port, model))
+            # No swap: the model just loaded answers a prompt of the same length that shares no prefix.
+            if i % 3 == 2:
+                loaded.append(ttft(srv.port, model, FRESH_PROMPTS[(i // 3) % len(FRESH_PROMPTS)]))
+        log = srv.log_text()
+    finally:
+        rc = srv.stop()
+    loads = [float(x) for x in re.findall(r"model bench-[ab] loaded in ([0-9.]+) s", log)][3:]
+    unloads = [float(x) for x in re.findall(r"model bench-[ab] unloaded in ([0-9.]+) s", log)][2:]
+    t = sorted(s["ttft_s"] for s in swaps)
+    return {"swaps": swaps, "loaded": loaded,
+            "swap_ttft_median_s": sc.median(t), "swap_ttft_min_s": t[0], "swap_ttft_max_s": t[-1],
+            "swap_ttft_p90_s": t[min(len(t) - 1, int(0.9 * len(t)))],
+            "loaded_ttft_median_s": sc.median([x["ttft_s"] for x in loaded]),
+            "server_load_s_median": sc.median(loads) if loads else None,
+            "server_unload_s_median": sc.median(unloads) if unloads else None,
+            "prompt_tokens": swaps[0]["prompt_tokens"], "exit_status": rc}
+
+
+def run_engine_bench(args):
+    """`switchyard bench` on the same file: the engine's own load and prefill of the same number of tokens,
+    without the server (the floor a swap could reach)."""
+    out = subprocess.run([args.switchyard, "bench", "--plugin", "gguf-quant", "--model", os.path.abspath(args.model_b),
+                          "-p", "5", "-n", "1", "--threads", str(args.threads), "--ctx-size", str(args.ctx), "--json"]
+                         + (["--plugin-dir", args.plugin_dir] if args.plugin_dir else []),
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError("switchyard bench failed:\n" + out.stderr[-2000:])
+    return json.loads(out.stdout)
+
+
+LLAMA_CHILD = r"""
+import sys, time, json
+t_start = time.time()
+import llama_cpp
+t_import = time.time()
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=int(sys.argv[3]),
+                      n_threads_batch=int(sys.argv[3]), verbose=False)
+t_load = time.time()
+for chunk in llm.create_completion(sys.argv[4], max_tokens=1, temperature=0, stream=True):
+    t_first = time.time()
+    break
+print(json.dumps({"t_start": t_start, "t_import": t_import, "t_load": t_load, "t_first": t_first}))
+"""
+
+
+def run_llama_cpp(args):
+    runs = []
+    for _ in range(args.llama_cpp_runs):
+        t_spawn = time.time()
+        out = subprocess.run([sys.executable, "-c", LLAMA_CHILD, os.path.abspath(args.model_b), str(args.ctx),
+                              str(args.threads), PROMPT], capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError("llama-cpp-python run failed:\n" + out.stderr[-2000:])
+        t = json.loads(out.stdout.strip().splitlines()[-1])
+        runs.append({"spawn_to_first_s": t["t_first"] - t_spawn, "interpreter_and_import_s": t["t_import"] - t_spawn,
+                     "load_s": t["t_load"] - t["t_import"], "first_token_s": t["t_first"] - t["t_load"],
+                     "load_and_first_s": t["t_first"] - t["t_import"]})
+    keys = runs[0].keys()
+    return {"runs": runs, "median": {k: sc.median([r[k] for r in runs]) for k in keys}}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-a", required=True)
+    ap.add_argument("--model-b", required=True)
+    ap.add_argument("--switchyard", required=True)
+    ap.add_argument("--plugin-dir")
+    ap.add_argument("--work-dir", default="/tmp/sy-serve-swap")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--swaps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="servers started one after another, --swaps each")
+    ap.add_argument("--llama-cpp-runs", type=int, default=3, help="0: skip the llama.cpp reference")
+    ap.add_argument("--max-load", type=float, default=1.5,
+                    help="wait for this 1-minute load average (and CPUs at most 20%% busy over 3 s) first")
+    ap.add_argument("--max-wait", type=float, default=1800, help="seconds to wait for that at most")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+
+    for path in (args.model_a, args.model_b):
+        sc.warm_page_cache(path)
+    result = {"machine": sc.machine(), "prompt": PROMPT, "threads": args.threads, "ctx_size": args.ctx,
+              "model_a": os.path.abspath(args.model_a), "model_b": os.path.abspath(args.model_b)}
+    result["load_before"] = sc.wait_for_quiet(args.max_load, args.max_wait)
+    print(f"load average {result['load_before']}", flush=True)
+    rounds = []
+    for k in range(args.rounds):
+        r = run_switchyard(args)
+        rounds.append(r)
+        print(f"round {k}: swap to first token median {r['swap_ttft_median_s'] * 1000:.1f} ms (min "
+              f"{r['swap_ttft_min_s'] * 1000:.1f}, p90 {r['swap_ttft_p90_s'] * 1000:.1f}, max "
+              f"{r['swap_ttft_max_s'] * 1000:.1f}) over {len(r['swaps'])} swaps, {r['prompt_tokens']} prompt "
+              f"tokens; no swap: {r['loaded_ttft_median_s'] * 1000:.1f} ms; server log: load "
+              f"{(r['server_load_s_median'] or 0) * 1000:.1f} ms, unload {(r['server_unload_s_median'] or 0) * 1000:.1f}"
+              f" ms; load average now {sc.loadavg()[0]:.2f}", flush=True)
+    result["switchyard"] = rounds
+    all_swaps = sorted(s["ttft_s"] for r in rounds for s in r["swaps"])
+    result["swap_ttft_median_s"] = sc.median(all_swaps)
+    result["swap_ttft_p90_s"] = all_swaps[min(len(all_swaps) - 1, int(0.9 * len(all_swaps)))]
+    result["loaded_ttft_median_s"] = sc.median([x["ttft_s"] for r in rounds for x in r["loaded"]])
+    print(f"all rounds: swap to first token median {result['swap_ttft_median_s'] * 1000:.1f} ms, p90 "
+          f"{result['swap_ttft_p90_s'] * 1000:.1f} ms; no swap {result['loaded_ttft_median_s'] * 1000:.1f} ms",
+          flush=True)
+    eb = [run_engine_bench(args) for _ in range(3)]
+    result["engine_bench"] = eb
+    print("switchyard bench (engine alone, no server): " + "; ".join(
+        f"load {b.get('load_s', 0) * 1000:.0f} ms + 5-token prefill {b.get('prefill_s', 0) * 1000:.0f} ms"
+        for b in eb), flush=True)
+    if args.llama_cpp_runs > 0:
+        r = run_llama_cpp(args)
+        result["llama_cpp_cold_start"] = r
+        m = r["median"]
+        print(f"llama.cpp (llama-cpp-python) in a fresh process: spawn to first token {m['spawn_to_first_s'] * 1000:.0f}"
+              f" ms (interpreter + import {m['interpreter_and_import_s'] * 1000:.0f}, load {m['load_s'] * 1000:.0f}, "
+              f"first token {m['first_token_s'] * 1000:.0f}); load + first token {m['load_and_first_s'] * 1000:.0f} ms",
+              flush=True)
+    result["load_after"] = sc.loadavg()
+    print(f"load average after {result['load_after']}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
