@@ -183,7 +183,11 @@ static const struct {
 static int gguf_name(const char *hf, const sy_hf_config *cfg, char *out, size_t size) {
     if (strcmp(hf, "model.embed_tokens.weight") == 0) return snprintf(out, size, "token_embd.weight"), 1;
     if (strcmp(hf, "model.norm.weight") == 0) return snprintf(out, size, "output_norm.weight"), 1;
-    if (strcmp(hf, "lm_head.weight") == 0) return cfg->tie_word_embeddings ? 0 : (snprintf(out, size, "output.weight"), 1);
+    if (strcmp(hf, "lm_head.weight") == 0) {
+        if (cfg->tie_word_embeddings) return 0; /* the embedding is the output */
+        snprintf(out, size, "output.weight");
+        return 1;
+    }
     const char *suffix = strstr(hf, ".rotary_emb.inv_freq");
     if (suffix && suffix[20] == '\0') return 0; /* recomputed by every engine */
     unsigned layer;
@@ -191,7 +195,10 @@ static int gguf_name(const char *hf, const sy_hf_config *cfg, char *out, size_t 
     if (sscanf(hf, "model.layers.%u.%n", &layer, &used) != 1 || used == 0 || layer >= cfg->num_hidden_layers)
         return -1;
     for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-        if (strcmp(hf + used, layer_names[i].hf) == 0) return snprintf(out, size, "blk.%u.%s", layer, layer_names[i].gguf), 1;
+        if (strcmp(hf + used, layer_names[i].hf) == 0) {
+            snprintf(out, size, "blk.%u.%s", layer, layer_names[i].gguf);
+            return 1;
+        }
     return -1;
 }
 
@@ -242,7 +249,8 @@ static const char *detect_pre(run *r, const hf_vocab *v, const char *json, size_
         sy_bpe_builder *b = sy_bpe_builder_new(e, sizeof e);
         bool ok = b != NULL;
         for (uint32_t id = 0; ok && id < v->n; id++)
-            if (v->type[id] == TOKEN_NORMAL) ok = sy_bpe_builder_add_token(b, v->text[id], strlen(v->text[id]), (int32_t)id, e, sizeof e);
+            if (v->type[id] == TOKEN_NORMAL)
+                ok = sy_bpe_builder_add_token(b, v->text[id], strlen(v->text[id]), (int32_t)id, e, sizeof e);
         for (size_t m = 0; ok && m < v->n_merges; m++)
             ok = sy_bpe_builder_add_merge_line(b, v->merges[m], strlen(v->merges[m]), e, sizeof e);
         ok = ok && sy_bpe_builder_use_preset(b, presets[p], e, sizeof e);
@@ -266,15 +274,25 @@ static const char *detect_pre(run *r, const hf_vocab *v, const char *json, size_
 static int32_t token_by_text(const hf_vocab *v, const char *s) {
     if (s == NULL) return -1;
     for (uint32_t i = 0; i < v->n; i++) /* added tokens first, as tokenizers resolves them */
-        if (v->text[i] && (v->type[i] == TOKEN_CONTROL || v->type[i] == TOKEN_USER_DEFINED) && strcmp(v->text[i], s) == 0)
+        if (v->text[i] && (v->type[i] == TOKEN_CONTROL || v->type[i] == TOKEN_USER_DEFINED) &&
+            strcmp(v->text[i], s) == 0)
             return (int32_t)i;
     for (uint32_t i = 0; i < v->n; i++)
         if (v->text[i] && strcmp(v->text[i], s) == 0) return (int32_t)i;
     return -1;
 }
 
-static bool set_u32(run *r, const char *key, uint32_t v) { return sy_gguf_writer_set_u32(r->w, key, v, r->err, sizeof r->err); }
-static bool set_f32(run *r, const char *key, float v) { return sy_gguf_writer_set_f32(r->w, key, v, r->err, sizeof r->err); }
+static bool set_u32(run *r, const char *key, uint32_t v) {
+    return sy_gguf_writer_set_u32(r->w, key, v, r->err, sizeof r->err);
+}
+
+static bool set_f32(run *r, const char *key, float v) {
+    return sy_gguf_writer_set_f32(r->w, key, v, r->err, sizeof r->err);
+}
+
+static bool set_bool(run *r, const char *key, bool v) {
+    return sy_gguf_writer_set_bool(r->w, key, v, r->err, sizeof r->err);
+}
 static bool set_str(run *r, const char *key, const char *s) {
     return sy_gguf_writer_set_string(r->w, key, s, strlen(s), r->err, sizeof r->err);
 }
@@ -311,7 +329,8 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
     const cJSON *vocab = cJSON_GetObjectItem(model, "vocab"), *merges = cJSON_GetObjectItem(model, "merges");
     const cJSON *added = cJSON_GetObjectItem(v.json, "added_tokens");
     const cJSON *mtype = cJSON_GetObjectItem(model, "type");
-    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges) || (mtype && !(cJSON_IsString(mtype) && strcmp(mtype->valuestring, "BPE") == 0))) {
+    bool bpe = mtype == NULL || (cJSON_IsString(mtype) && strcmp(mtype->valuestring, "BPE") == 0);
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges) || !bpe) {
         failf(r, "%s: not a BPE tokenizer.json (model.vocab / model.merges missing)", path);
         goto done;
     }
@@ -331,6 +350,11 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
             goto done;
         }
         if ((uint64_t)id->valuedouble + 1 > n) n = (uint64_t)id->valuedouble + 1;
+    }
+    if (cfg->vocab_size != 0 && n > cfg->vocab_size) { /* the embedding would lack rows for some tokens */
+        failf(r, "%s: token ids reach %llu but config.json has vocab_size %u", path, (unsigned long long)n - 1,
+              cfg->vocab_size);
+        goto done;
     }
     v.n = (uint32_t)n;
     v.text = sy_xcalloc(n, sizeof *v.text);
@@ -376,7 +400,8 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
     int32_t bos = token_by_text(&v, tc.bos_token), eos = token_by_text(&v, tc.eos_token),
             pad = token_by_text(&v, tc.pad_token);
     if (bos < 0 && cfg->bos_token_id >= 0 && (uint64_t)cfg->bos_token_id < n) bos = (int32_t)cfg->bos_token_id;
-    if (eos < 0 && cfg->n_eos > 0 && cfg->eos_token_ids[0] >= 0 && (uint64_t)cfg->eos_token_ids[0] < n) eos = (int32_t)cfg->eos_token_ids[0];
+    if (eos < 0 && cfg->n_eos > 0 && cfg->eos_token_ids[0] >= 0 && (uint64_t)cfg->eos_token_ids[0] < n)
+        eos = (int32_t)cfg->eos_token_ids[0];
     if (pad < 0 && cfg->pad_token_id >= 0 && (uint64_t)cfg->pad_token_id < n) pad = (int32_t)cfg->pad_token_id;
     int add_bos = tc.add_bos_token;
     if (add_bos < 0) { /* a post-processor that puts BOS first (Llama 3) means add_bos */
@@ -416,9 +441,9 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
          (eos < 0 || set_u32(r, "tokenizer.ggml.eos_token_id", (uint32_t)eos)) &&
          (pad < 0 || set_u32(r, "tokenizer.ggml.padding_token_id", (uint32_t)pad)) &&
          (bos < 0 || set_u32(r, "tokenizer.ggml.bos_token_id", (uint32_t)bos)) &&
-         (add_bos < 0 || sy_gguf_writer_set_bool(r->w, "tokenizer.ggml.add_bos_token", add_bos, r->err, sizeof r->err)) &&
-         (tc.add_eos_token < 0 ||
-          sy_gguf_writer_set_bool(r->w, "tokenizer.ggml.add_eos_token", tc.add_eos_token, r->err, sizeof r->err)) &&
+         (add_bos < 0 || set_bool(r, "tokenizer.ggml.add_bos_token", add_bos > 0)) &&
+         /* llama.cpp's converter writes add_eos (false unless said) whenever it writes add_bos */
+         ((tc.add_eos_token < 0 && add_bos < 0) || set_bool(r, "tokenizer.ggml.add_eos_token", tc.add_eos_token > 0)) &&
          (tc.chat_template == NULL || set_str(r, "tokenizer.chat_template", tc.chat_template));
     free(texts);
     free(lens);
@@ -464,7 +489,8 @@ static bool load_safetensors(run *r) {
         ok = arch_key_u32(r, arch, "attention.key_length", cfg.head_dim) &&
              arch_key_u32(r, arch, "attention.value_length", cfg.head_dim);
     if (ok && cfg.arch == SY_HF_ARCH_LLAMA)
-        ok = arch_key_u32(r, arch, "vocab_size", cfg.vocab_size) && arch_key_u32(r, arch, "rope.dimension_count", cfg.head_dim);
+        ok = arch_key_u32(r, arch, "vocab_size", cfg.vocab_size) &&
+             arch_key_u32(r, arch, "rope.dimension_count", cfg.head_dim);
     if (ok && cfg.rope.type == SY_HF_ROPE_LINEAR) {
         char key[128];
         snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -573,7 +599,8 @@ static bool write_tensor(run *r, sy_threadpool *pool, qtensor *t, progress *pg) 
     const size_t src_row_bytes = sy_dtype_row_bytes(t->src_type, n_per_row);
     const size_t dst_row_bytes = sy_dtype_row_bytes(t->plan.out_type, n_per_row);
     if (src_row_bytes == 0 || dst_row_bytes == 0)
-        return failf(r, "tensor %s: rows of %llu elements do not fit its types", t->name, (unsigned long long)n_per_row);
+        return failf(r, "tensor %s: rows of %llu elements do not fit its types", t->name,
+                     (unsigned long long)n_per_row);
     if (t->plan.out_type == t->src_type && t->permute_heads == 0) { /* copied as it is */
         const uint8_t *p = t->data;
         uint64_t left = (uint64_t)src_row_bytes * total_rows;
@@ -601,7 +628,8 @@ static bool write_tensor(run *r, sy_threadpool *pool, qtensor *t, progress *pg) 
         j.n_rows = total_rows - row0 < chunk_rows ? total_rows - row0 : chunk_rows;
         atomic_store(&j.bad_row, UINT64_MAX);
         atomic_store(&j.bad_col, 0);
-        sy_threadpool_parallel_for(pool, (size_t)((j.n_rows + j.rows_per_task - 1) / j.rows_per_task), convert_task, &j);
+        size_t n_tasks = (size_t)((j.n_rows + j.rows_per_task - 1) / j.rows_per_task);
+        sy_threadpool_parallel_for(pool, n_tasks, convert_task, &j);
         unsigned long long bad = atomic_load(&j.bad_row);
         if (bad != UINT64_MAX) {
             ok = failf(r, "tensor %s: row %llu holds NaN or infinity (column %llu); refusing to quantize it", t->name,

@@ -29,9 +29,11 @@
 #define SY_SPEC_PROBE_MAX 1024u
 
 /* The cost model: decode timings decay by this per call; without enough evidence a verified token costs this
- * share of a plain decode step. */
+ * share of a plain decode step. The fitted cost is pulled toward the prior with the weight of PRIOR_SPREAD calls
+ * one token apart, so that a few timings disturbed by other processes cannot swing it. */
 #define SY_SPEC_TIMING_DECAY 0.98
 #define SY_SPEC_PRIOR_COST 0.1
+#define SY_SPEC_PRIOR_SPREAD 8.0
 
 /* ------------------------------------------------------------------------------------------------------------
  * The target distribution: host/sampler.c's chain, step for step (penalties, top-k, min-p prefilter, top-p,
@@ -420,7 +422,10 @@ double sy_speculator_cost(sy_speculator *sp) {
         if (a < 0) a = 0;
         if (a + b * items > 0) {
             per_seq = (a + b * items) / items;
-            verify = b / per_seq;
+            /* The fit's weight is the spread of its token counts (decayed calls times variance). */
+            double spread = sp->w * var_n;
+            verify = (spread * (b / per_seq) + SY_SPEC_PRIOR_SPREAD * SY_SPEC_PRIOR_COST) /
+                     (spread + SY_SPEC_PRIOR_SPREAD);
             sp->verify_cost_known = verify;
         }
     }

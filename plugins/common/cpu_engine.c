@@ -1,6 +1,7 @@
 /* The shared CPU engine glue: see cpu_engine.h. */
 #include "cpu_engine.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,8 @@ sy_status sy_cpu_fail_prefix(const char *prefix) {
 }
 
 const char *sy_cpu_error_message(void) { return error_text; }
+
+sy_status sy_cpu_last_status(void) { return error_status; }
 
 void sy_cpu_log(sy_log_level level, const char *fmt, ...) {
     if (host == NULL || host->log == NULL) return;
@@ -354,3 +357,231 @@ sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {
     free(heap);
     return st == SY_OK ? SY_OK : sy_cpu_fail(st, "decode: %s", err);
 }
+
+/* ---- state ("sy.engine.state/1") ---- */
+
+#define STATE_PIECE_POSITIONS 16u /* positions handed to the host's writer / asked of its reader per call */
+
+typedef struct state_shape {
+    uint32_t element_size; /* 4: KV as F32 (RAM store), 2: F16 (disk cache) */
+    uint32_t n_kv_layers;
+    size_t kv_dim;
+    size_t conv_floats;
+    uint64_t kv_bytes_per_token;
+} state_shape;
+
+static state_shape state_shape_of(const sy_model *m) {
+    state_shape sh = {0};
+    const sy_tf_config *c = sy_tf_model_config(m->tf);
+    sh.element_size = m->kv_cache ? 2 : 4;
+    sh.kv_dim = sy_tf_kv_dim(m->tf);
+    for (uint32_t l = 0; l < c->n_layer; l++) sh.n_kv_layers += sy_tf_layer_has_kv(m->tf, l);
+    sh.conv_floats = sy_tf_conv_state_floats(m->tf);
+    sh.kv_bytes_per_token = 2ull * sh.n_kv_layers * sh.kv_dim * sh.element_size;
+    return sh;
+}
+
+static sy_status state_info(const sy_model *m, sy_state_info *out) {
+    if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_info: bad arguments");
+    if (m->tf == NULL) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "state_info: the reference backend keeps no state");
+    state_shape sh = state_shape_of(m);
+    const char *layout = sh.conv_floats ? (sh.element_size == 2 ? "sy-cpu-kv-f16-conv-f32-v1" : "sy-cpu-kv-f32-conv-f32-v1")
+                                        : (sh.element_size == 2 ? "sy-cpu-kv-f16-v1" : "sy-cpu-kv-f32-v1");
+    sy_state_info info = {
+        .struct_size = out->struct_size,
+        .layout = layout,
+        .element_size = sh.element_size,
+        .kv_bytes_per_token = sh.kv_bytes_per_token,
+        .recurrent_bytes = (uint64_t)sh.conv_floats * sizeof(float),
+    };
+    memcpy(out, &info, out->struct_size < sizeof info ? out->struct_size : sizeof info);
+    return SY_OK;
+}
+
+static uint64_t state_chunk_bytes(const sy_model *m, uint32_t n_positions) {
+    if (m == NULL || m->tf == NULL) return 0;
+    state_shape sh = state_shape_of(m);
+    return (uint64_t)n_positions * sh.kv_bytes_per_token + (uint64_t)sh.conv_floats * sizeof(float);
+}
+
+/* Scratch for one piece of positions in the chunk's layout, and one row pair in F32. */
+typedef struct state_buffers {
+    uint8_t *piece;
+    float *k, *v;
+} state_buffers;
+
+static bool state_buffers_alloc(const state_shape *sh, state_buffers *b) {
+    b->piece = malloc((size_t)sh->kv_bytes_per_token * STATE_PIECE_POSITIONS + 1);
+    b->k = malloc(sh->kv_dim * sizeof(float) + 1);
+    b->v = malloc(sh->kv_dim * sizeof(float) + 1);
+    return b->piece && b->k && b->v;
+}
+
+static void state_buffers_free(state_buffers *b) {
+    free(b->piece);
+    free(b->k);
+    free(b->v);
+}
+
+/* Row in the layout's precision at dst (bytes) from src (F32), and back. */
+static void row_pack(const state_shape *sh, const float *src, uint8_t *dst) {
+    if (sh->element_size == 2) {
+        uint16_t tmp[256];
+        for (size_t i = 0; i < sh->kv_dim; i += 256) {
+            size_t n = sh->kv_dim - i < 256 ? sh->kv_dim - i : 256;
+            sy_f32_to_f16_row(src + i, tmp, n);
+            memcpy(dst + i * 2, tmp, n * 2);
+        }
+    } else {
+        memcpy(dst, src, sh->kv_dim * sizeof(float));
+    }
+}
+
+static void row_unpack(const state_shape *sh, const uint8_t *src, float *dst) {
+    if (sh->element_size == 2) {
+        uint16_t tmp[256];
+        for (size_t i = 0; i < sh->kv_dim; i += 256) {
+            size_t n = sh->kv_dim - i < 256 ? sh->kv_dim - i : 256;
+            memcpy(tmp, src + i * 2, n * 2);
+            sy_f16_to_f32_row(tmp, dst + i, n);
+        }
+    } else {
+        memcpy(dst, src, sh->kv_dim * sizeof(float));
+    }
+}
+
+static sy_status state_save_chunk(sy_model *m, const sy_seq *seq, uint32_t begin, uint32_t end,
+                                  const sy_state_writer *writer) {
+    if (m == NULL || seq == NULL || writer == NULL || !SY_HAS_FIELD(writer, sy_state_writer, write) ||
+        writer->write == NULL)
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_save_chunk: bad arguments");
+    if (m->tf == NULL || seq->tf == NULL)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "state_save_chunk: the reference backend keeps no state");
+    uint32_t len = sy_tf_seq_length(seq->tf);
+    if (begin >= end || end > len)
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_save_chunk: chunk [%u, %u) is not inside the %u tokens held",
+                           begin, end, len);
+    state_shape sh = state_shape_of(m);
+    float *conv = NULL;
+    if (sh.conv_floats) {
+        conv = malloc(sh.conv_floats * sizeof(float));
+        if (conv == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "state_save_chunk: out of memory");
+        if (!sy_tf_seq_get_conv_state(m->tf, seq->tf, end, conv)) {
+            free(conv);
+            return sy_cpu_fail(SY_ERR_UNSUPPORTED,
+                               "state_save_chunk: the conv state after %u of %u tokens is no longer kept", end, len);
+        }
+    }
+    state_buffers b;
+    sy_status st = SY_OK;
+    if (!state_buffers_alloc(&sh, &b)) {
+        st = sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "state_save_chunk: out of memory");
+        goto done;
+    }
+    const size_t row_bytes = sh.kv_dim * sh.element_size;
+    const uint32_t n_layer = sy_tf_model_config(m->tf)->n_layer;
+    for (uint32_t pos = begin; pos < end;) {
+        uint32_t n = end - pos < STATE_PIECE_POSITIONS ? end - pos : STATE_PIECE_POSITIONS;
+        uint8_t *at = b.piece;
+        for (uint32_t p = pos; p < pos + n; p++) {
+            for (uint32_t l = 0; l < n_layer; l++) {
+                if (!sy_tf_layer_has_kv(m->tf, l)) continue;
+                sy_tf_seq_get_kv(m->tf, seq->tf, l, p, b.k, b.v);
+                row_pack(&sh, b.k, at);
+                row_pack(&sh, b.v, at + row_bytes);
+                at += 2 * row_bytes;
+            }
+        }
+        st = writer->write(writer->user, b.piece, (size_t)(at - b.piece));
+        if (st != SY_OK) {
+            st = sy_cpu_fail(st, "state_save_chunk: the host's writer failed (status %d)", (int)st);
+            goto done;
+        }
+        pos += n;
+    }
+    if (conv) {
+        st = writer->write(writer->user, conv, sh.conv_floats * sizeof(float));
+        if (st != SY_OK) st = sy_cpu_fail(st, "state_save_chunk: the host's writer failed (status %d)", (int)st);
+    }
+done:
+    state_buffers_free(&b);
+    free(conv);
+    return st;
+}
+
+static sy_status state_load_chunk(sy_model *m, sy_seq *seq, uint32_t begin, uint32_t end, const int32_t *tokens,
+                                  const sy_state_reader *reader) {
+    if (m == NULL || seq == NULL || reader == NULL || !SY_HAS_FIELD(reader, sy_state_reader, read) ||
+        reader->read == NULL)
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: bad arguments");
+    if (m->tf == NULL || seq->tf == NULL)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "state_load_chunk: the reference backend keeps no state");
+    uint32_t len = sy_tf_seq_length(seq->tf);
+    if (len != begin)
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: chunk begins at %u but the sequence holds %u tokens",
+                           begin, len);
+    if (begin >= end) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: empty chunk [%u, %u)", begin, end);
+    const sy_tf_config *c = sy_tf_model_config(m->tf);
+    if (tokens == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: tokens is NULL");
+    for (uint32_t i = 0; i < end - begin; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= c->n_vocab)
+            return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: token %ld at %u is outside the vocabulary of %u",
+                               (long)tokens[i], begin + i, c->n_vocab);
+    char err[256];
+    sy_status st = sy_tf_seq_begin_append(m->tf, seq->tf, end - begin, err, sizeof err);
+    if (st != SY_OK) return sy_cpu_fail(st, "state_load_chunk: %s", err);
+    state_shape sh = state_shape_of(m);
+    state_buffers b;
+    float *conv = sh.conv_floats ? malloc(sh.conv_floats * sizeof(float)) : NULL;
+    if (!state_buffers_alloc(&sh, &b) || (sh.conv_floats && conv == NULL)) {
+        st = sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "state_load_chunk: out of memory");
+        goto done;
+    }
+    /* Rows go to the reserved positions past the length; they count only once everything has arrived. */
+    const size_t row_bytes = sh.kv_dim * sh.element_size;
+    for (uint32_t pos = begin; pos < end;) {
+        uint32_t n = end - pos < STATE_PIECE_POSITIONS ? end - pos : STATE_PIECE_POSITIONS;
+        st = reader->read(reader->user, b.piece, (size_t)n * sh.kv_bytes_per_token);
+        if (st != SY_OK) {
+            st = sy_cpu_fail(st, "state_load_chunk: the host's reader failed (status %d)", (int)st);
+            goto done;
+        }
+        const uint8_t *at = b.piece;
+        for (uint32_t p = pos; p < pos + n; p++) {
+            for (uint32_t l = 0; l < c->n_layer; l++) {
+                if (!sy_tf_layer_has_kv(m->tf, l)) continue;
+                row_unpack(&sh, at, b.k);
+                row_unpack(&sh, at + row_bytes, b.v);
+                sy_tf_seq_set_kv(m->tf, seq->tf, l, p, b.k, b.v);
+                at += 2 * row_bytes;
+            }
+        }
+        pos += n;
+    }
+    if (conv) {
+        st = reader->read(reader->user, conv, sh.conv_floats * sizeof(float));
+        if (st != SY_OK) {
+            st = sy_cpu_fail(st, "state_load_chunk: the host's reader failed (status %d)", (int)st);
+            goto done;
+        }
+        for (size_t i = 0; i < sh.conv_floats; i++)
+            if (!isfinite(conv[i])) {
+                st = sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: conv state value %zu is not finite", i);
+                goto done;
+            }
+    }
+    sy_tf_seq_end_append(m->tf, seq->tf, end - begin, conv);
+done:
+    state_buffers_free(&b);
+    free(conv);
+    return st;
+}
+
+const sy_engine_state_api sy_cpu_state_api = {
+    .struct_size = sizeof(sy_engine_state_api),
+    .state_info = state_info,
+    .state_chunk_bytes = state_chunk_bytes,
+    .state_save_chunk = state_save_chunk,
+    .state_load_chunk = state_load_chunk,
+};

@@ -42,6 +42,8 @@ sy_status sy_cpu_fail(sy_status st, const char *fmt, ...) __attribute__((format(
 /* Prefixes the current message: "<prefix>: <message>" (e.g. the model path); returns the last status. */
 sy_status sy_cpu_fail_prefix(const char *prefix);
 const char *sy_cpu_error_message(void);
+/* The status of this thread's last sy_cpu_fail. */
+sy_status sy_cpu_last_status(void);
 void sy_cpu_log(sy_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- load options ---- */
@@ -137,6 +139,15 @@ uint32_t sy_cpu_seq_length(const sy_model *m, const sy_seq *s);
 sy_status sy_cpu_seq_truncate(sy_model *m, sy_seq *s, uint32_t n_tokens);
 sy_status sy_cpu_seq_fork(sy_model *m, const sy_seq *src, uint32_t n_tokens, sy_seq **out);
 sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch);
+
+/* "sy.engine.state/1" over the transformer core (the reference backend answers SY_ERR_UNSUPPORTED). A chunk
+ * [begin, end) is, per position, K then V (kv_dim each) of every attention layer in layer order, in the KV store's
+ * own precision (layout "sy-cpu-kv-f32-v1" for KV in RAM, "sy-cpu-kv-f16-v1" for the disk cache, so a restore is
+ * exact either way), followed for lfm2 by the conv state after end tokens as F32 (layout "...-conv-f32-v1"):
+ * per conv layer, the inputs of the L-1 positions before end. A chunk whose end has left the kept conv history
+ * (SY_LFM2_ROLLBACK tokens) is SY_ERR_UNSUPPORTED. A plugin returns sy_cpu_state_api from get_interface for
+ * SY_ENGINE_STATE_INTERFACE_ID. */
+extern const sy_engine_state_api sy_cpu_state_api;
 
 /* Everything of sy_engine_api but struct_size, probe and load. */
 #define SY_CPU_ENGINE_CALLS                                                                                    \

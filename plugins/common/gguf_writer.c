@@ -409,7 +409,8 @@ static bool resolve_alignment(sy_gguf_writer *w, char *err, size_t err_size) {
 static uint64_t header_bytes(const sy_gguf_writer *w) {
     uint64_t n = 4 + 4 + 8 + 8;
     for (size_t i = 0; i < w->n_kv; i++) n += 8 + strlen(w->kv[i].key) + 4 + w->kv[i].value_len;
-    for (size_t i = 0; i < w->n_tensors; i++) n += 8 + strlen(w->tensors[i].name) + 4 + 8ull * w->tensors[i].n_dims + 4 + 8;
+    for (size_t i = 0; i < w->n_tensors; i++) /* name, n_dims, dims, type, offset */
+        n += 8 + strlen(w->tensors[i].name) + 4 + 8ull * w->tensors[i].n_dims + 4 + 8;
     return n;
 }
 

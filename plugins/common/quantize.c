@@ -93,7 +93,8 @@ static void block_q4_0(const float *x, uint8_t *b) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16(b, d);
     for (int j = 0; j < QK / 2; j++) {
-        uint8_t q0 = to_u8_max(trunc_i8(x[j] * id + 8.5f), 15), q1 = to_u8_max(trunc_i8(x[j + QK / 2] * id + 8.5f), 15);
+        uint8_t q0 = to_u8_max(trunc_i8(x[j] * id + 8.5f), 15);
+        uint8_t q1 = to_u8_max(trunc_i8(x[j + QK / 2] * id + 8.5f), 15);
         b[2 + j] = (uint8_t)(q0 | (q1 << 4));
     }
 }
@@ -122,7 +123,8 @@ static void block_q5_0(const float *x, uint8_t *b) {
     put_f16(b, d);
     uint32_t qh = 0;
     for (int j = 0; j < QK / 2; j++) {
-        uint8_t q0 = to_u8_max(trunc_i8(x[j] * id + 16.5f), 31), q1 = to_u8_max(trunc_i8(x[j + QK / 2] * id + 16.5f), 31);
+        uint8_t q0 = to_u8_max(trunc_i8(x[j] * id + 16.5f), 31);
+        uint8_t q1 = to_u8_max(trunc_i8(x[j + QK / 2] * id + 16.5f), 31);
         b[6 + j] = (uint8_t)((q0 & 15) | ((q1 & 15) << 4));
         qh |= (uint32_t)((q0 >> 4) & 1) << j;
         qh |= (uint32_t)((q1 >> 4) & 1) << (j + QK / 2);
@@ -140,7 +142,8 @@ static void block_q5_1(const float *x, uint8_t *b) {
     uint32_t qh = 0;
     for (int j = 0; j < QK / 2; j++) {
         /* (x - min) * id <= 31 (+ rounding), so + 0.5 truncates to at most 31 */
-        uint8_t q0 = (uint8_t)trunc_i8((x[j] - mn) * id + 0.5f), q1 = (uint8_t)trunc_i8((x[j + QK / 2] - mn) * id + 0.5f);
+        uint8_t q0 = (uint8_t)trunc_i8((x[j] - mn) * id + 0.5f);
+        uint8_t q1 = (uint8_t)trunc_i8((x[j + QK / 2] - mn) * id + 0.5f);
         b[8 + j] = (uint8_t)((q0 & 15) | ((q1 & 15) << 4));
         qh |= (uint32_t)((q0 >> 4) & 1) << j;
         qh |= (uint32_t)((q1 >> 4) & 1) << (j + QK / 2);

@@ -1230,7 +1230,8 @@ bool sy_bpe_builder_use_preset(sy_bpe_builder *b, const char *name, char *err, s
     if (strcmp(name, "qwen2") == 0) {
         regex = QWEN2_REGEX;
         norm = SY_BPE_NORM_NFC; /* Qwen's tokenizer.json normalizes to NFC */
-    } else if (strcmp(name, "llama-bpe") == 0 || strcmp(name, "llama3") == 0) {
+    } else if (strcmp(name, "llama-bpe") == 0 || strcmp(name, "llama3") == 0 || strcmp(name, "lfm2") == 0) {
+        /* llama.cpp maps tokenizer.ggml.pre "lfm2" to its llama3 pre-tokenizer (same regex, merges ignored) */
         regex = LLAMA3_REGEX;
         ignore_merges = true;
     } else if (strcmp(name, "gpt-2") == 0 || strcmp(name, "gpt2") == 0) {
@@ -1240,7 +1241,7 @@ bool sy_bpe_builder_use_preset(sy_bpe_builder *b, const char *name, char *err, s
         regex = SMOLLM_DIGITS_REGEX;
         use_regex = true;
     } else {
-        set_err(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, gpt-2, smollm)", name);
+        set_err(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, lfm2, gpt-2, smollm)", name);
         return false;
     }
     if (b->t->n_splits != 0) {

@@ -468,6 +468,47 @@ sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void
     return SY_OK;
 }
 
+/* ---- snapshots ---- */
+
+size_t sy_tf_kv_dim(const sy_tf_model *m) { return m->kv_dim; }
+
+bool sy_tf_layer_has_kv(const sy_tf_model *m, uint32_t l) {
+    return l < m->cfg.n_layer && m->layers[l].kind != SY_TF_LAYER_SHORT_CONV;
+}
+
+size_t sy_tf_conv_state_floats(const sy_tf_model *m) { return m->lfm2 ? sy_lfm2_state_floats(m->lfm2) : 0; }
+
+void sy_tf_seq_get_kv(sy_tf_model *m, const sy_tf_seq *s, uint32_t l, uint32_t pos, float *k, float *v) {
+    sy_tf_kv_view view;
+    /* serial: no decode runs, so thread 0's scratch is free */
+    m->kv_ops->read(m->kv_store, s->kv, l, pos, 1, 0, (uint32_t)m->kv_dim, 0, &view);
+    memcpy(k, view.k, m->kv_dim * sizeof(float));
+    memcpy(v, view.v, m->kv_dim * sizeof(float));
+}
+
+bool sy_tf_seq_get_conv_state(const sy_tf_model *m, const sy_tf_seq *s, uint32_t end, float *out) {
+    if (s->conv == NULL) return true;
+    return sy_lfm2_seq_state_get(m->lfm2, s->conv, s->len, end, out);
+}
+
+sy_status sy_tf_seq_begin_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, char *err, size_t err_size) {
+    if ((uint64_t)s->len + n > m->n_ctx) {
+        set_error(err, err_size, "%u + %u positions exceed the context of %u", s->len, n, m->n_ctx);
+        return SY_ERR_CONTEXT_FULL;
+    }
+    if (!m->kv_ops->reserve(m->kv_store, s->kv, s->len, s->len + n, err, err_size)) return SY_ERR_OUT_OF_MEMORY;
+    return SY_OK;
+}
+
+void sy_tf_seq_set_kv(sy_tf_model *m, sy_tf_seq *s, uint32_t l, uint32_t pos, const float *k, const float *v) {
+    m->kv_ops->write(m->kv_store, s->kv, l, pos, k, v);
+}
+
+void sy_tf_seq_end_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, const float *conv_state) {
+    s->len += n;
+    if (s->conv && conv_state) sy_lfm2_seq_state_set(m->lfm2, s->conv, s->len, conv_state);
+}
+
 /* ---- sequences ---- */
 
 sy_tf_seq *sy_tf_seq_create(sy_tf_model *m) {

@@ -215,4 +215,21 @@ typedef struct sy_tf_kv_store_ops {
 sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void *store);
 uint32_t sy_tf_n_threads(const sy_tf_model *m);
 
+/* ---- snapshots (the engine's state extension); all serial ----
+ * A sequence's state is, per position, K and V (kv_dim floats each) of every attention layer, plus for lfm2 the
+ * conv state at its end (transformer_lfm2.h). Loading appends: begin_append reserves n more positions, set_kv
+ * fills each of them for every attention layer, end_append makes them count (with the conv state at the new end,
+ * NULL for architectures without one). */
+size_t sy_tf_kv_dim(const sy_tf_model *m);
+bool sy_tf_layer_has_kv(const sy_tf_model *m, uint32_t layer);
+/* Floats of the conv state (0 without short_conv layers). */
+size_t sy_tf_conv_state_floats(const sy_tf_model *m);
+/* K and V of position pos (< length) of an attention layer. */
+void sy_tf_seq_get_kv(sy_tf_model *m, const sy_tf_seq *s, uint32_t layer, uint32_t pos, float *k, float *v);
+/* The conv state after the first `end` tokens; false when the kept history no longer has it. */
+bool sy_tf_seq_get_conv_state(const sy_tf_model *m, const sy_tf_seq *s, uint32_t end, float *out);
+sy_status sy_tf_seq_begin_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, char *err, size_t err_size);
+void sy_tf_seq_set_kv(sy_tf_model *m, sy_tf_seq *s, uint32_t layer, uint32_t pos, const float *k, const float *v);
+void sy_tf_seq_end_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, const float *conv_state);
+
 #endif

@@ -241,6 +241,42 @@ void sy_lfm2_seq_commit(const sy_lfm2 *lf, sy_lfm2_seq *s, uint32_t len, uint32_
     s->held = held > lf->ring ? lf->ring : (uint32_t)held;
 }
 
+/* ---- snapshots ---- */
+
+size_t sy_lfm2_state_floats(const sy_lfm2 *lf) { return (size_t)lf->n_conv * (lf->kernel - 1) * lf->n_embd; }
+
+bool sy_lfm2_seq_state_get(const sy_lfm2 *lf, const sy_lfm2_seq *s, uint32_t len, uint32_t end, float *out) {
+    if (end > len) return false;
+    uint32_t hist = lf->kernel - 1;
+    uint32_t need_from = end >= hist ? end - hist : 0;
+    if (need_from < end && need_from < len - s->held) return false;
+    size_t layer_floats = (size_t)lf->ring * lf->n_embd;
+    for (uint32_t c = 0; c < lf->n_conv; c++) {
+        for (uint32_t j = 0; j < hist; j++) {
+            float *dst = out + ((size_t)c * hist + j) * lf->n_embd;
+            int64_t p = (int64_t)end - hist + j;
+            if (p < 0) memset(dst, 0, lf->n_embd * sizeof(float));
+            else memcpy(dst, s->committed + c * layer_floats + (size_t)((uint64_t)p % lf->ring) * lf->n_embd,
+                        lf->n_embd * sizeof(float));
+        }
+    }
+    return true;
+}
+
+void sy_lfm2_seq_state_set(const sy_lfm2 *lf, sy_lfm2_seq *s, uint32_t end, const float *in) {
+    uint32_t hist = lf->kernel - 1;
+    size_t layer_floats = (size_t)lf->ring * lf->n_embd;
+    for (uint32_t c = 0; c < lf->n_conv; c++) {
+        for (uint32_t j = 0; j < hist; j++) {
+            int64_t p = (int64_t)end - hist + j;
+            if (p < 0) continue;
+            memcpy(s->committed + c * layer_floats + (size_t)((uint64_t)p % lf->ring) * lf->n_embd,
+                   in + ((size_t)c * hist + j) * lf->n_embd, lf->n_embd * sizeof(float));
+        }
+    }
+    s->held = end < hist ? end : hist;
+}
+
 /* ---- the layer ---- */
 
 void sy_lfm2_bind_row(sy_lfm2 *lf, size_t r, sy_lfm2_seq *s, uint32_t pos, uint32_t len) {

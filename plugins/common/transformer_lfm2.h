@@ -57,6 +57,14 @@ void sy_lfm2_seq_copy(const sy_lfm2 *lf, sy_lfm2_seq *dst, const sy_lfm2_seq *sr
 /* The decode that appended n_new tokens to a sequence of length len succeeded: make its inputs the state. */
 void sy_lfm2_seq_commit(const sy_lfm2 *lf, sy_lfm2_seq *s, uint32_t len, uint32_t n_new);
 
+/* Snapshots: a sequence's conv state at length `end` is, per conv layer (in layer order), the inputs of positions
+ * [end - (L-1), end) (zeros before position 0): state_floats() floats. state_get gives it for a sequence of length
+ * len when those positions are still in its history (false otherwise); state_set makes it the state of a sequence
+ * now of length end. */
+size_t sy_lfm2_state_floats(const sy_lfm2 *lf);
+bool sy_lfm2_seq_state_get(const sy_lfm2 *lf, const sy_lfm2_seq *s, uint32_t len, uint32_t end, float *out);
+void sy_lfm2_seq_state_set(const sy_lfm2 *lf, sy_lfm2_seq *s, uint32_t end, const float *in);
+
 /* Row r of the next chunk is position pos of the sequence s, whose committed length is len (pos >= len). Rows of
  * one sequence come in position order, consecutively, as the core lays them out. */
 void sy_lfm2_bind_row(sy_lfm2 *lf, size_t r, sy_lfm2_seq *s, uint32_t pos, uint32_t len);

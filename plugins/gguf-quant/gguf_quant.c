@@ -13,8 +13,8 @@
  * is `token_embd_norm.weight`; `lfm2.shortconv.l_cache` is the kernel width. seq_truncate rolls the conv state back
  * at most SY_LFM2_ROLLBACK tokens (deeper: SY_ERR_UNSUPPORTED); sliding-window attention is refused.
  *
- * Options (load): threads=N (default: the CPUs this process may use), ctx_size=N (default: the model's training
- * context; tokens one sequence may hold). Others are ignored (logged at debug level).
+ * The engine calls other than probe and load, the load options (threads, ctx_size, backend, kv_cache_dir, ...)
+ * and the state extension ("sy.engine.state/1") come from the shared CPU engine glue, cpu_engine.h.
  *
  * Fingerprint (model_info): XXH3-128, hex, over
  *   1. the file's header bytes: magic, version, every metadata key and value (general.architecture, the
@@ -23,8 +23,6 @@
  * so equal files give equal fingerprints, and two files that differ in config, tokenizer, layout, quantization or
  * (almost surely) weights do not. Reading part 2 touches one page per tensor, nothing more.
  */
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +33,8 @@
 
 #include <switchyard/engine.h>
 
+#include "cpu_engine.h"
 #include "gguf.h"
-#include "threadpool.h"
 #include "gguf_vocab.h"
 #include "transformer.h"
 #include "transformer_lfm2.h"
@@ -44,46 +42,43 @@
 #define PLUGIN_NAME "gguf-quant"
 #define FINGERPRINT_SAMPLE_BYTES 256
 
-static const sy_host_api *host;
-static _Thread_local char error_text[512];
-static _Thread_local sy_status error_status; /* the status of the last fail() on this thread */
+#define fail sy_cpu_fail
+#define log_msg sy_cpu_log
+#define error_status sy_cpu_last_status()
 
-/* Sets this thread's error message and returns st. */
-static sy_status fail(sy_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sy_status fail(sy_status st, const char *fmt, ...) {
-    error_status = st;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_text, sizeof error_text, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-static void log_msg(sy_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void log_msg(sy_log_level level, const char *fmt, ...) {
-    if (host == NULL || host->log == NULL) return;
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    host->log(level, PLUGIN_NAME, line);
-}
-
-struct sy_seq {
-    sy_tf_seq *tf;
-};
-
-struct sy_model {
+/* The plugin's part of the model (sy_model.format): the open file, whose mapping the weights point into, and the
+ * layer table the transformer core references. */
+typedef struct gq_format {
     sy_gguf *gguf;
-    gq_vocab *vocab;
-    sy_tf_model *tf;
     sy_tf_layer_weights *layers;
-    char *architecture, *name, *chat_template;
-    char weight_dtype[16];
-    char fingerprint[33];
-    uint32_t n_ctx_train;
-    uint64_t n_params;
+} gq_format;
+
+static void gq_format_free(void *p) {
+    gq_format *f = p;
+    if (f == NULL) return;
+    sy_gguf_close(f->gguf);
+    free(f->layers);
+    free(f);
+}
+
+/* The vocabulary behind the shared tokenizer calls. */
+static sy_status vocab_tokenize(const void *v, const char *text, size_t len, uint32_t flags, int32_t *out,
+                                size_t capacity, size_t *n_out, char *err, size_t err_size) {
+    return gq_vocab_tokenize(v, text, len, flags, out, capacity, n_out, err, err_size);
+}
+static sy_status vocab_token_bytes(const void *v, int32_t id, char *out, size_t capacity, size_t *n_out) {
+    return gq_vocab_token_bytes(v, id, out, capacity, n_out);
+}
+static uint32_t vocab_token_flags(const void *v, int32_t id) { return gq_vocab_token_flags(v, id); }
+static uint64_t vocab_memory(const void *v) { return gq_vocab_memory(v); }
+static void vocab_free(void *v) { gq_vocab_free(v); }
+
+static const sy_cpu_vocab_ops gq_vocab_ops = {
+    .tokenize = vocab_tokenize,
+    .token_bytes = vocab_token_bytes,
+    .token_flags = vocab_token_flags,
+    .memory = vocab_memory,
+    .free = vocab_free,
 };
 
 /* ---- probe ---- */
@@ -110,17 +105,6 @@ static sy_status gq_probe(const char *path) {
 }
 
 /* ---- load ---- */
-
-static bool parse_u32_option(const char *key, const char *value, uint32_t lo, uint32_t hi, uint32_t *out) {
-    char *end;
-    unsigned long long v = strtoull(value, &end, 10);
-    if (*value == '\0' || *value == '-' || *end != '\0' || v < lo || v > hi) {
-        fail(SY_ERR_INVALID_ARGUMENT, "option %s=%s: expected an integer in [%u, %u]", key, value, lo, hi);
-        return false;
-    }
-    *out = (uint32_t)v;
-    return true;
-}
 
 /* "<arch>.<suffix>" as an unsigned 32-bit value; 0 absent, -1 bad (error set), 1 read. */
 static int arch_u32(const sy_gguf *g, const char *arch, const char *suffix, uint32_t *out) {
@@ -406,8 +390,7 @@ static const char *file_type_name(uint64_t ft) {
     }
 }
 
-static void describe_weights(sy_model *m) {
-    const sy_gguf *g = m->gguf;
+static void describe_weights(sy_model *m, const sy_gguf *g) {
     uint64_t ft;
     const char *name = sy_gguf_get_uint(g, "general.file_type", &ft) == 1 ? file_type_name(ft) : NULL;
     /* Without a known file type: the type holding the most bytes of 2-D tensors. */
@@ -430,19 +413,12 @@ static void describe_weights(sy_model *m) {
         name = dt ? dt->name : "unknown";
     }
     snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", name);
-    if (h) {
-        XXH128_hash_t d = XXH3_128bits_digest(h);
-        snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx%016llx", (unsigned long long)d.high64,
-                 (unsigned long long)d.low64);
-        XXH3_freeState(h);
-    } else {
-        snprintf(m->fingerprint, sizeof m->fingerprint, "unknown");
-    }
+    sy_cpu_model_set_fingerprint(m, h);
 }
 
 /* Builds the model from the opened file; on failure error_text says why (without the path). */
-static sy_status build_model(sy_model *m, uint32_t threads, uint32_t n_ctx) {
-    const sy_gguf *g = m->gguf;
+static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *opt) {
+    const sy_gguf *g = f->gguf;
     char err[400];
     m->architecture = sy_gguf_dup_string(g, "general.architecture");
     if (m->architecture == NULL) return fail(SY_ERR_FORMAT, "metadata key 'general.architecture' is missing");
@@ -452,8 +428,15 @@ static sy_status build_model(sy_model *m, uint32_t threads, uint32_t n_ctx) {
     m->chat_template = sy_gguf_dup_string(g, "tokenizer.chat_template");
 
     sy_status vst;
-    m->vocab = gq_vocab_from_gguf(g, &vst, err, sizeof err);
-    if (m->vocab == NULL) return fail(vst, "%s", err);
+    gq_vocab *vocab = gq_vocab_from_gguf(g, &vst, err, sizeof err);
+    if (vocab == NULL) return fail(vst, "%s", err);
+    m->vocab = vocab;
+    m->vocab_ops = &gq_vocab_ops;
+    m->bos_token = gq_vocab_bos(vocab);
+    m->eos_token = gq_vocab_eos(vocab);
+    m->pad_token = gq_vocab_pad(vocab);
+    m->add_bos = gq_vocab_add_bos(vocab);
+    m->weights_mapped_bytes = sy_gguf_file_size(g);
 
     sy_tf_config cfg;
     if (!read_config(g, m->architecture, &cfg, &m->n_ctx_train)) return error_status;
@@ -469,265 +452,76 @@ static sy_status build_model(sy_model *m, uint32_t threads, uint32_t n_ctx) {
         if (!get_vector(g, "token_embd_norm.weight", &w.output_norm)) return error_status;
         if (w.output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor token_embd_norm.weight is missing");
     }
-    if (w.token_embd.rows != gq_vocab_size(m->vocab))
+    if (w.token_embd.rows != gq_vocab_size(vocab))
         return fail(SY_ERR_FORMAT, "token_embd.weight has %llu rows but the vocabulary has %u tokens",
-                    (unsigned long long)w.token_embd.rows, gq_vocab_size(m->vocab));
-    cfg.n_vocab = gq_vocab_size(m->vocab);
+                    (unsigned long long)w.token_embd.rows, gq_vocab_size(vocab));
+    cfg.n_vocab = gq_vocab_size(vocab);
     if (cfg.n_layer > 4096) return fail(SY_ERR_FORMAT, "%u layers", cfg.n_layer);
-    m->layers = calloc(cfg.n_layer ? cfg.n_layer : 1, sizeof *m->layers);
-    if (m->layers == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!layer_kinds(g, m->architecture, &cfg, m->layers)) return error_status;
+    f->layers = calloc(cfg.n_layer ? cfg.n_layer : 1, sizeof *f->layers);
+    if (f->layers == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!layer_kinds(g, m->architecture, &cfg, f->layers)) return error_status;
     for (uint32_t l = 0; l < cfg.n_layer; l++) {
-        bool ok = m->layers[l].kind == SY_TF_LAYER_SHORT_CONV ? get_conv_layer(g, l, cfg.conv_kernel, &m->layers[l])
-                                                              : get_layer(g, l, &m->layers[l]);
+        bool ok = f->layers[l].kind == SY_TF_LAYER_SHORT_CONV ? get_conv_layer(g, l, cfg.conv_kernel, &f->layers[l])
+                                                              : get_layer(g, l, &f->layers[l]);
         if (!ok) return error_status;
     }
-    w.layers = m->layers;
+    w.layers = f->layers;
 
-    if (n_ctx == 0) n_ctx = m->n_ctx_train ? m->n_ctx_train : 4096;
-    m->tf = sy_tf_create(&cfg, &w, n_ctx, threads, err, sizeof err);
-    if (m->tf == NULL) return fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
-    describe_weights(m);
+    sy_status st = sy_cpu_model_start(m, &cfg, &w, opt);
+    if (st != SY_OK) return st;
+    describe_weights(m, g);
     log_msg(SY_LOG_INFO, "%s, %u layers, %s, ctx %u, %u threads", m->architecture, cfg.n_layer, m->weight_dtype,
-            n_ctx, threads);
+            m->tf ? sy_tf_n_ctx(m->tf) : opt->ctx_size, opt->threads);
     return SY_OK;
 }
 
-static void gq_unload(sy_model *m);
-
 static sy_status gq_load(const char *path, const sy_option *options, size_t n_options, sy_model **out) {
     if (path == NULL || out == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "load: missing path or output");
-    uint32_t threads = (uint32_t)sy_threadpool_default_threads(), n_ctx = 0;
-    for (size_t i = 0; i < n_options; i++) {
-        const char *k = options[i].key, *v = options[i].value ? options[i].value : "";
-        if (k == NULL) continue;
-        if (strcmp(k, "threads") == 0) {
-            if (!parse_u32_option(k, v, 1, SY_THREADPOOL_MAX_THREADS, &threads)) return SY_ERR_INVALID_ARGUMENT;
-        } else if (strcmp(k, "ctx_size") == 0) {
-            if (!parse_u32_option(k, v, 0, 1u << 24, &n_ctx)) return SY_ERR_INVALID_ARGUMENT;
-        } else {
-            log_msg(SY_LOG_DEBUG, "ignoring option %s", k);
-        }
+    sy_cpu_options opt;
+    sy_status st = sy_cpu_options_parse(options, n_options, &opt);
+    if (st != SY_OK) return st;
+    sy_model *m = sy_cpu_model_new();
+    if (m == NULL) return SY_ERR_OUT_OF_MEMORY;
+    gq_format *f = calloc(1, sizeof *f);
+    if (f == NULL) {
+        sy_cpu_unload(m);
+        return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    sy_model *m = calloc(1, sizeof *m);
-    if (m == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    m->format = f;
+    m->format_free = gq_format_free;
     char err[400];
-    m->gguf = sy_gguf_open(path, err, sizeof err);
-    if (m->gguf == NULL) {
-        free(m);
+    f->gguf = sy_gguf_open(path, err, sizeof err);
+    if (f->gguf == NULL) {
+        sy_cpu_unload(m);
         return fail(SY_ERR_FORMAT, "%s", err); /* names the path already */
     }
-    sy_status st = build_model(m, threads, n_ctx);
+    st = build_model(m, f, &opt);
     if (st != SY_OK) {
-        char reason[sizeof error_text];
-        snprintf(reason, sizeof reason, "%s", error_text);
-        fail(st, "%s: %s", path, reason);
-        gq_unload(m);
+        sy_cpu_fail_prefix(path);
+        sy_cpu_unload(m);
         return st;
     }
     *out = m;
     return SY_OK;
 }
 
-static void gq_unload(sy_model *m) {
-    if (m == NULL) return;
-    sy_tf_destroy(m->tf);
-    gq_vocab_free(m->vocab);
-    sy_gguf_close(m->gguf);
-    free(m->layers);
-    free(m->architecture);
-    free(m->name);
-    free(m->chat_template);
-    free(m);
-}
-
-/* ---- facts ---- */
-
-static sy_status gq_model_info(const sy_model *m, sy_model_info *out) {
-    if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
-        return fail(SY_ERR_INVALID_ARGUMENT, "model_info: bad arguments");
-    const sy_tf_config *c = sy_tf_model_config(m->tf);
-    sy_model_info info = {
-        .struct_size = out->struct_size,
-        .architecture = m->architecture,
-        .name = m->name ? m->name : "",
-        .weight_dtype = m->weight_dtype,
-        .fingerprint = m->fingerprint,
-        .chat_template = m->chat_template,
-        .n_vocab = c->n_vocab,
-        .n_ctx_train = m->n_ctx_train,
-        .n_ctx = sy_tf_n_ctx(m->tf),
-        .n_layer = c->n_layer,
-        .n_embd = c->n_embd,
-        .n_params = m->n_params,
-        .bos_token = gq_vocab_bos(m->vocab),
-        .eos_token = gq_vocab_eos(m->vocab),
-        .pad_token = gq_vocab_pad(m->vocab),
-        .add_bos = gq_vocab_add_bos(m->vocab),
-        .max_sequences = 0,
-    };
-    /* Write only the fields the host's struct has. */
-    size_t n = out->struct_size < sizeof info ? out->struct_size : sizeof info;
-    memcpy(out, &info, n);
-    return SY_OK;
-}
-
-static sy_status gq_memory_usage(const sy_model *m, sy_memory_usage *out) {
-    if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
-        return fail(SY_ERR_INVALID_ARGUMENT, "memory_usage: bad arguments");
-    sy_tf_memory_info tm;
-    sy_tf_memory(m->tf, &tm);
-    sy_memory_usage u = {
-        .struct_size = out->struct_size,
-        .mapped_bytes = sy_gguf_file_size(m->gguf),
-        .resident_bytes = tm.resident_bytes + gq_vocab_memory(m->vocab),
-        .device_bytes = 0,
-        .kv_bytes = tm.kv_bytes,
-    };
-    size_t n = out->struct_size < sizeof u ? out->struct_size : sizeof u;
-    memcpy(out, &u, n);
-    return SY_OK;
-}
-
-/* ---- tokenizer ---- */
-
-static sy_status gq_tokenize(const sy_model *m, const char *text, size_t text_len, uint32_t flags, int32_t *out,
-                             size_t capacity, size_t *n_out) {
-    if (m == NULL || n_out == NULL || (text == NULL && text_len > 0) || (out == NULL && capacity > 0))
-        return fail(SY_ERR_INVALID_ARGUMENT, "tokenize: bad arguments");
-    char err[256];
-    sy_status st = gq_vocab_tokenize(m->vocab, text ? text : "", text_len, flags, out, capacity, n_out, err,
-                                     sizeof err);
-    return st == SY_OK ? SY_OK : fail(st, "tokenize: %s", err);
-}
-
-static sy_status gq_token_to_bytes(const sy_model *m, int32_t token, char *out, size_t capacity, size_t *n_out) {
-    if (m == NULL || n_out == NULL || (out == NULL && capacity > 0))
-        return fail(SY_ERR_INVALID_ARGUMENT, "token_to_bytes: bad arguments");
-    sy_status st = gq_vocab_token_bytes(m->vocab, token, out, capacity, n_out);
-    if (st == SY_ERR_INVALID_ARGUMENT) return fail(st, "token id %d out of range", token);
-    if (st == SY_ERR_BUFFER_TOO_SMALL)
-        return fail(st, "token %d: %zu bytes do not fit in %zu", token, *n_out, capacity);
-    return st;
-}
-
-static uint32_t gq_token_flags(const sy_model *m, int32_t token) {
-    return m == NULL ? 0 : gq_vocab_token_flags(m->vocab, token);
-}
-
-/* ---- sequences ---- */
-
-static sy_status gq_seq_create(sy_model *m, sy_seq **out) {
-    if (m == NULL || out == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "seq_create: bad arguments");
-    sy_seq *s = calloc(1, sizeof *s);
-    if (s == NULL || (s->tf = sy_tf_seq_create(m->tf)) == NULL) {
-        free(s);
-        return fail(SY_ERR_OUT_OF_MEMORY, "seq_create: out of memory");
-    }
-    *out = s;
-    return SY_OK;
-}
-
-static void gq_seq_free(sy_model *m, sy_seq *s) {
-    if (m == NULL || s == NULL) return;
-    sy_tf_seq_free(m->tf, s->tf);
-    free(s);
-}
-
-static uint32_t gq_seq_length(const sy_model *m, const sy_seq *s) {
-    (void)m;
-    return s ? sy_tf_seq_length(s->tf) : 0;
-}
-
-static sy_status gq_seq_truncate(sy_model *m, sy_seq *s, uint32_t n) {
-    if (m == NULL || s == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "seq_truncate: bad arguments");
-    sy_status st = sy_tf_seq_truncate(m->tf, s->tf, n);
-    if (st == SY_ERR_UNSUPPORTED)
-        return fail(st, "seq_truncate: the recurrent state cannot roll back from %u to %u tokens",
-                    sy_tf_seq_length(s->tf), n);
-    if (st != SY_OK)
-        return fail(SY_ERR_INVALID_ARGUMENT, "seq_truncate: %u is more than the %u tokens held", n,
-                    sy_tf_seq_length(s->tf));
-    return SY_OK;
-}
-
-static sy_status gq_seq_fork(sy_model *m, const sy_seq *src, uint32_t n, sy_seq **out) {
-    if (m == NULL || src == NULL || out == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "seq_fork: bad arguments");
-    if (n > sy_tf_seq_length(src->tf))
-        return fail(SY_ERR_INVALID_ARGUMENT, "seq_fork: %u is more than the %u tokens held", n,
-                    sy_tf_seq_length(src->tf));
-    sy_seq *s = calloc(1, sizeof *s);
-    sy_status st = s ? sy_tf_seq_fork(m->tf, src->tf, n, &s->tf) : SY_ERR_OUT_OF_MEMORY;
-    if (st != SY_OK) {
-        free(s);
-        if (st == SY_ERR_UNSUPPORTED)
-            return fail(st, "seq_fork: the recurrent state cannot roll back from %u to %u tokens",
-                        sy_tf_seq_length(src->tf), n);
-        return fail(SY_ERR_OUT_OF_MEMORY, "seq_fork: out of memory");
-    }
-    *out = s;
-    return SY_OK;
-}
-
-/* ---- decode ---- */
-
-static int host_cancelled(void *call) {
-    return host && host->is_cancelled ? host->is_cancelled((const sy_host_call *)call) : 0;
-}
-
-static sy_status gq_decode(sy_model *m, const sy_decode_batch *batch) {
-    if (m == NULL || batch == NULL || (batch->n_items > 0 && batch->items == NULL) ||
-        (batch->n_items > 0 && batch->item_size < offsetof(sy_decode_item, logits) + sizeof(float *)))
-        return fail(SY_ERR_INVALID_ARGUMENT, "decode: bad batch");
-    sy_tf_batch_item *items = calloc(batch->n_items ? batch->n_items : 1, sizeof *items);
-    if (items == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "decode: out of memory");
-    for (uint32_t i = 0; i < batch->n_items; i++) {
-        const sy_decode_item *it = sy_decode_batch_item(batch, i);
-        if (it->seq == NULL) {
-            free(items);
-            return fail(SY_ERR_INVALID_ARGUMENT, "decode: item %u has no sequence", i);
-        }
-        items[i] = (sy_tf_batch_item){it->seq->tf, it->tokens, it->n_tokens, it->n_logits, it->logits};
-    }
-    bool has_call = SY_HAS_FIELD(batch, sy_decode_batch, call) && batch->call != NULL;
-    char err[256];
-    sy_status st = sy_tf_decode(m->tf, items, batch->n_items, has_call ? host_cancelled : NULL,
-                                has_call ? (void *)batch->call : NULL, err, sizeof err);
-    free(items);
-    if (st != SY_OK) return fail(st, "decode: %s", err);
-    return SY_OK;
-}
-
-static const char *gq_error_message(void) { return error_text; }
-
 static const sy_engine_api engine_api = {
     .struct_size = sizeof(sy_engine_api),
-    .error_message = gq_error_message,
     .probe = gq_probe,
     .load = gq_load,
-    .unload = gq_unload,
-    .model_info = gq_model_info,
-    .tokenize = gq_tokenize,
-    .token_to_bytes = gq_token_to_bytes,
-    .token_flags = gq_token_flags,
-    .seq_create = gq_seq_create,
-    .seq_free = gq_seq_free,
-    .seq_length = gq_seq_length,
-    .seq_truncate = gq_seq_truncate,
-    .seq_fork = gq_seq_fork,
-    .decode = gq_decode,
-    .memory_usage = gq_memory_usage,
+    SY_CPU_ENGINE_CALLS,
 };
 
 static sy_status gq_init(const sy_host_api *h) {
-    host = h;
+    sy_cpu_engine_init(h, PLUGIN_NAME);
     return SY_OK;
 }
 
-static void gq_deinit(void) { host = NULL; }
+static void gq_deinit(void) { sy_cpu_engine_deinit(); }
 
 static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
+    if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     return NULL;
 }
 

@@ -7,7 +7,8 @@
  * from the same mapped matrix.
  *
  * Architectures (config.json model_type): qwen2 (q/k/v biases, tied or untied), qwen3 (q/k RMSNorm, head_dim of
- * its own, optional attention biases), llama (GQA, optional attention biases, default / linear / llama3 RoPE).
+ * its own, optional attention biases), llama (GQA, optional attention biases, default / linear / llama3 RoPE),
+ * lfm2 (layer_types mixes gated short convolutions and attention with q/k RMSNorm; final norm embedding_norm).
  * Every tensor is checked against the config by name and shape before use; anything else (another model_type,
  * mlp_bias, yarn RoPE, a sliding window, ...) is refused with a message naming it (hf_config.h refuses most).
  *
@@ -31,6 +32,7 @@
 #include "hf_config.h"
 #include "hf_vocab.h"
 #include "safetensors.h"
+#include "transformer_lfm2.h"
 
 #define PLUGIN_NAME "qwen-cpu-mmap"
 #define FINGERPRINT_SAMPLE_BYTES 256
@@ -89,6 +91,7 @@ static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config
     case SY_HF_ARCH_QWEN2: c->arch = sy_tf_arch_find("qwen2"); break;
     case SY_HF_ARCH_QWEN3: c->arch = sy_tf_arch_find("qwen3"); break;
     case SY_HF_ARCH_LLAMA: c->arch = &hf_llama_arch; break;
+    case SY_HF_ARCH_LFM2: c->arch = sy_tf_arch_find("lfm2"); break;
     default: return sy_cpu_fail(SY_ERR_UNSUPPORTED, "model_type %s is not supported by " PLUGIN_NAME, h->model_type);
     }
     if (c->arch == NULL) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "the CPU core lacks architecture %s", h->model_type);
@@ -98,7 +101,7 @@ static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config
                            h->qk_norm ? "" : "out");
     c->n_vocab = h->vocab_size;
     c->n_embd = h->hidden_size;
-    c->n_ff = h->intermediate_size;
+    c->n_ff = h->arch == SY_HF_ARCH_LFM2 ? h->lfm2_ff_dim : h->intermediate_size;
     c->n_layer = h->num_hidden_layers;
     c->n_head = h->num_attention_heads;
     c->n_head_kv = h->num_key_value_heads;
@@ -107,6 +110,12 @@ static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config
     c->rope_base = h->rope.theta;
     c->rope_scale = 1.0;
     c->rms_eps = (float)h->rms_norm_eps;
+    if (c->arch->short_conv) {
+        if (h->conv_l_cache < 2 || h->conv_l_cache > SY_LFM2_MAX_KERNEL)
+            return sy_cpu_fail(SY_ERR_UNSUPPORTED, "conv_L_cache %u is not supported (2 to %u are)", h->conv_l_cache,
+                               SY_LFM2_MAX_KERNEL);
+        c->conv_kernel = h->conv_l_cache;
+    }
     switch (h->rope.type) {
     case SY_HF_ROPE_DEFAULT: break;
     case SY_HF_ROPE_LINEAR: c->rope_scale = h->rope.factor; break;
@@ -180,7 +189,56 @@ static const char *layer_name(char buf[NAME_BYTES], uint32_t l, const char *suff
     return buf;
 }
 
+/* lfm2's conv.conv.weight, a depthwise Conv1d of shape {n_embd, 1, L}: channel c's L taps at c * L, oldest first,
+ * which is the core's layout, taken as one vector. */
+static bool bind_conv_kernel(const sy_safetensors *st, const char *name, uint64_t channels, uint64_t taps,
+                             sy_tf_vector *out) {
+    memset(out, 0, sizeof *out);
+    char err[400];
+    uint64_t shape[3] = {channels, 1, taps};
+    const sy_safetensors_tensor *t = sy_safetensors_require_shape(st, name, 3, shape, err, sizeof err);
+    if (t == NULL) {
+        sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+        return false;
+    }
+    *out = (sy_tf_vector){t->name, t->data, (sy_dtype)t->dtype, channels * taps};
+    return true;
+}
+
+/* An lfm2 layer (Lfm2DecoderLayer): operator_norm, then a short convolution (conv.*) or attention (self_attn.*,
+ * with q/k_layernorm and out_proj), then ffn_norm and feed_forward w1 (gate), w3 (up), w2 (down). The conv biases
+ * exist exactly when conv_bias is set; transformers' module has none otherwise, so none are read then. */
+static bool bind_lfm2_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t l, sy_tf_layer_weights *w) {
+    char n[NAME_BYTES];
+    uint64_t embd = h->hidden_size, ff = h->lfm2_ff_dim, hd = h->head_dim;
+    uint64_t q_dim = (uint64_t)h->num_attention_heads * hd, kv_dim = (uint64_t)h->num_key_value_heads * hd;
+    bool bias = h->conv_bias;
+    if (!bind_vector(st, layer_name(n, l, "operator_norm.weight"), embd, true, &w->attn_norm) ||
+        !bind_vector(st, layer_name(n, l, "ffn_norm.weight"), embd, true, &w->ffn_norm) ||
+        !bind_matrix(st, layer_name(n, l, "feed_forward.w1.weight"), ff, embd, true, &w->w_gate) ||
+        !bind_matrix(st, layer_name(n, l, "feed_forward.w3.weight"), ff, embd, true, &w->w_up) ||
+        !bind_matrix(st, layer_name(n, l, "feed_forward.w2.weight"), embd, ff, true, &w->w_down))
+        return false;
+    if (h->layer_types[l] == SY_HF_LAYER_CONV) {
+        w->kind = SY_TF_LAYER_SHORT_CONV;
+        return bind_matrix(st, layer_name(n, l, "conv.in_proj.weight"), 3 * embd, embd, true, &w->conv_in) &&
+               bind_conv_kernel(st, layer_name(n, l, "conv.conv.weight"), embd, h->conv_l_cache, &w->conv_kernel) &&
+               bind_matrix(st, layer_name(n, l, "conv.out_proj.weight"), embd, embd, true, &w->conv_out) &&
+               (!bias || (bind_vector(st, layer_name(n, l, "conv.in_proj.bias"), 3 * embd, true, &w->conv_in_bias) &&
+                          bind_vector(st, layer_name(n, l, "conv.conv.bias"), embd, true, &w->conv_bias) &&
+                          bind_vector(st, layer_name(n, l, "conv.out_proj.bias"), embd, true, &w->conv_out_bias)));
+    }
+    w->kind = SY_TF_LAYER_ATTENTION;
+    return bind_matrix(st, layer_name(n, l, "self_attn.q_proj.weight"), q_dim, embd, true, &w->wq) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.k_proj.weight"), kv_dim, embd, true, &w->wk) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.v_proj.weight"), kv_dim, embd, true, &w->wv) &&
+           bind_matrix(st, layer_name(n, l, "self_attn.out_proj.weight"), embd, q_dim, true, &w->wo) &&
+           bind_vector(st, layer_name(n, l, "self_attn.q_layernorm.weight"), hd, true, &w->q_norm) &&
+           bind_vector(st, layer_name(n, l, "self_attn.k_layernorm.weight"), hd, true, &w->k_norm);
+}
+
 static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t l, sy_tf_layer_weights *w) {
+    if (h->arch == SY_HF_ARCH_LFM2) return bind_lfm2_layer(st, h, l, w);
     char n[NAME_BYTES];
     uint64_t embd = h->hidden_size, ff = h->intermediate_size, hd = h->head_dim;
     uint64_t q_dim = (uint64_t)h->num_attention_heads * hd, kv_dim = (uint64_t)h->num_key_value_heads * hd;
@@ -260,6 +318,9 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     sy_tf_config cfg;
     sy_status st = core_config(&h, fmt, &cfg);
     if (st != SY_OK) return st;
+    if (opt->backend == SY_CPU_BACKEND_REFERENCE && cfg.arch->short_conv)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "backend reference does not run %s (no short convolution)",
+                           h.model_type);
 
     qm_vocab_facts facts;
     m->vocab = qm_vocab_load(dir, &h, &gen, &facts, &st, err, sizeof err);
@@ -278,8 +339,10 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     sy_tf_weights w;
     memset(&w, 0, sizeof w);
     const uint64_t vocab = h.vocab_size, embd = h.hidden_size;
+    /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
+    const char *final_norm = h.arch == SY_HF_ARCH_LFM2 ? "model.embedding_norm.weight" : "model.norm.weight";
     if (!bind_matrix(fmt->st, "model.embed_tokens.weight", vocab, embd, true, &w.token_embd) ||
-        !bind_vector(fmt->st, "model.norm.weight", embd, true, &w.output_norm))
+        !bind_vector(fmt->st, final_norm, embd, true, &w.output_norm))
         return SY_ERR_FORMAT;
     if (h.tie_word_embeddings) {
         w.output = w.token_embd; /* transformers ignores a stored lm_head.weight when tied */
@@ -351,9 +414,10 @@ static void qm_deinit(void) { sy_cpu_engine_deinit(); }
 
 static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
+    if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     return NULL;
 }
 
 SY_DEFINE_PLUGIN_ENTRY(PLUGIN_NAME, "0.1.0",
-                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama) on the CPU, mapped in place",
+                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama, lfm2) on the CPU, mapped in place",
                        qm_init, qm_deinit, qm_get_interface);

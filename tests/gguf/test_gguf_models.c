@@ -92,7 +92,8 @@ static void build_f16(const char *arch, const cJSON *model, const char *path) {
     for (const cJSON *t = tensors->child; t; t = t->next) {
         uint64_t dims[4];
         uint32_t nd = 0;
-        for (const cJSON *d = cJSON_GetObjectItem(t, "dims")->child; d; d = d->next) dims[nd++] = (uint64_t)d->valuedouble;
+        for (const cJSON *d = cJSON_GetObjectItem(t, "dims")->child; d && nd < 4; d = d->next)
+            dims[nd++] = (uint64_t)d->valuedouble;
         bool matrix = strcmp(cJSON_GetObjectItem(t, "kind")->valuestring, "matrix") == 0;
         if (!sy_gguf_writer_add_tensor(w, cJSON_GetObjectItem(t, "name")->valuestring,
                                        matrix ? SY_DTYPE_F16 : SY_DTYPE_F32, nd, dims, err, sizeof err))
@@ -149,7 +150,8 @@ static void check_arch(const char *arch) {
     char f16[512], hash[17];
     snprintf(f16, sizeof f16, "%s/tiny-%s-F16.gguf", tmpdir, arch);
     build_f16(arch, model, f16);
-    assert_string_equal(tensor_hash(f16, hash), cJSON_GetObjectItem(cJSON_GetObjectItem(files, "F16"), "tensor_hash")->valuestring);
+    const cJSON *f16_rec = cJSON_GetObjectItem(files, "F16");
+    assert_string_equal(tensor_hash(f16, hash), cJSON_GetObjectItem(f16_rec, "tensor_hash")->valuestring);
     static const char *const types[] = {"F16", "F32", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const cJSON *rec = cJSON_GetObjectItem(files, types[i]);
@@ -159,7 +161,8 @@ static void check_arch(const char *arch) {
             run_quantize(f16, path, types[i]);
             const char *want = cJSON_GetObjectItem(rec, "tensor_hash")->valuestring;
             if (strcmp(tensor_hash(path, hash), want) != 0)
-                fail_msg("%s %s: switchyard quantize's tensors hash to %s, llama.cpp's to %s", arch, types[i], hash, want);
+                fail_msg("%s %s: switchyard quantize's tensors hash to %s, llama.cpp's to %s", arch, types[i], hash,
+                         want);
         }
         bool exact = i < 2; /* F16, F32 */
         check_file(arch, types[i], path, rec, exact);

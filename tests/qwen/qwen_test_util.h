@@ -17,7 +17,7 @@
 #define QT_MAX_PROMPTS 8
 #define QT_GREEDY 32
 
-/* The fixtures this plugin runs (lfm2-f32 is another engine's). */
+/* The fixtures of the shared checks (lfm2-f32 has its own, test_qwen_lfm2.c: no reference backend for it). */
 extern const char *const qt_fixtures[];
 extern const size_t qt_n_fixtures;
 

@@ -23,9 +23,9 @@ static void test_greedy_tokens(void **state) {
     const char *forced = getenv("SY_CPU_TIER");
     sy_cpu_tier wanted;
     if (forced && sy_cpu_tier_from_name(forced, &wanted) && !sy_cpu_tier_supported(wanted)) skip();
-    for (size_t i = 0; i < qt_n_fixtures; i++) {
+    for (size_t i = 0; i <= qt_n_fixtures; i++) { /* and lfm2-f32, whose conv layers use the same kernels */
         qt_fixture f;
-        qt_fixture_load(qt_fixtures[i], &f);
+        qt_fixture_load(i < qt_n_fixtures ? qt_fixtures[i] : "lfm2-f32", &f);
         sy_model *m = qt_load(f.dir, "threads", "2", NULL);
         for (size_t p = 0; p < f.n_prompts; p++) {
             const qt_prompt *q = &f.prompts[p];

@@ -15,6 +15,13 @@
  * the k+1 rows of a verification (the matrix kernels tile batches differently). Tokens may not differ at all. */
 #define SE_LOGPROB_TOLERANCE 1e-4
 
+size_t se_prompt_count(size_t fallback) {
+    const char *v = getenv("SY_SPEC_PROMPTS");
+    uint64_t n;
+    if (v == NULL || sy_parse_u64(v, 100000, &n) != 0 || n == 0) return fallback;
+    return (size_t)n;
+}
+
 se_workload se_make_workload(size_t n, unsigned seed, uint32_t n_vocab, uint32_t max_tokens) {
     se_workload w = {n, calloc(n, sizeof(int32_t *)), calloc(n, sizeof(size_t)), calloc(n, sizeof(sy_gen_params))};
     assert_non_null(w.prompts);

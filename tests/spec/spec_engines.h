@@ -20,6 +20,10 @@ typedef struct se_workload {
     sy_gen_params *params;
 } se_workload;
 
+/* Prompts per model: `fallback`, or SY_SPEC_PROMPTS from the environment (the sanitizer build sets fewer:
+ * tests/spec/CMakeLists.txt). */
+size_t se_prompt_count(size_t fallback);
+
 se_workload se_make_workload(size_t n, unsigned seed, uint32_t n_vocab, uint32_t max_tokens);
 void se_free_workload(se_workload *w);
 

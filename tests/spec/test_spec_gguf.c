@@ -199,7 +199,8 @@ static const sy_loaded_model *model(int i) {
 }
 
 static void check(const char *label, int target, int other, bool recurrent) {
-    se_model_case c = {label, model(target), other >= 0 ? model(other) : NULL, recurrent, N_PROMPTS, MAX_TOKENS};
+    se_model_case c = {label, model(target), other >= 0 ? model(other) : NULL, recurrent, se_prompt_count(N_PROMPTS),
+                       MAX_TOKENS};
     se_check_model(&env, &c);
 }
 

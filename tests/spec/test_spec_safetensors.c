@@ -57,7 +57,7 @@ static const sy_loaded_model *model(int i) {
 }
 
 static void check(int target, int other) {
-    se_model_case c = {dirs[target], model(target), model(other), false, N_PROMPTS, MAX_TOKENS};
+    se_model_case c = {dirs[target], model(target), model(other), false, se_prompt_count(N_PROMPTS), MAX_TOKENS};
     se_check_model(&env, &c);
 }
 
