@@ -73,7 +73,7 @@ char *sy_chat_template_default_system(const char *jinja) {
     /* A template that inserts a fixed system turn spells it as one literal: the opening marker, "system", an
      * escaped newline, the prompt, and the closing marker, all inside the same quotes. A marker followed by a
      * closing quote instead ('<|im_start|>system\n' + messages[0].content) is the user's system turn. */
-    static const char opener[] = "<|im_start|>system\\n";
+    static const char opener[] = "<|im_start|>system";
     static const char closer[] = "<|im_end|>";
     const char *p = jinja;
     while ((p = strstr(p, opener)) != NULL) {
@@ -84,6 +84,10 @@ char *sy_chat_template_default_system(const char *jinja) {
         char quote = p[-1];
         const char *body = p + sizeof opener - 1;
         p = body;
+        /* The newline after "system" is escaped in most templates; some GGUF files carry it as a real one. */
+        if (body[0] == '\\' && body[1] == 'n') body += 2;
+        else if (body[0] == '\n') body += 1;
+        else continue;
         if (quote != '\'' && quote != '"') continue;
         const char *end = strstr(body, closer);
         if (end == NULL || end == body) continue;

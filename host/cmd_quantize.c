@@ -6,8 +6,8 @@
  *
  * Per-tensor types follow llama.cpp's rules for the recipe (plugins/common/quantize.h), and the quantized bytes
  * equal llama.cpp's, so a file written here matches `llama-quantize` tensor for tensor (GGUF input) and loads in
- * llama.cpp. Tensors are written in llama.cpp's order. The output appears atomically (temp file, fsync, rename);
- * an interrupted run leaves the destination untouched.
+ * llama.cpp. Tensors are written in llama.cpp's order. The output appears atomically (temp file, fsync, rename):
+ * a failed run removes its temp file, a killed one leaves the destination untouched (and the temp file beside it).
  *
  * Work is streamed: a few MB of rows at a time are converted to f32, checked for NaN/Inf and quantized by the
  * thread pool, then written, so memory stays small whatever the model size. */

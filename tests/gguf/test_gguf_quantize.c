@@ -356,11 +356,12 @@ static void test_verb_refuses_bad_input(void **state) {
     char src[1024], copy[600], cmd[4096];
     gt_source_path(src, sizeof src, "tests/fixtures/hf/qwen2-tied-f32");
     snprintf(copy, sizeof copy, "%s/ckpt", tmpdir);
-    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s' && sed -i 's/\"vocab_size\": 512/\"vocab_size\": 400/' '%s/config.json'",
-             src, copy, copy);
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s' '%s' && sed -i 's/\"vocab_size\": 512/\"vocab_size\": 501/' '%s/config.json'", src,
+             copy, copy);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(quantize(copy, out, "Q8_0", NULL), 1);
-    snprintf(cmd, sizeof cmd, "sed -i 's/\"vocab_size\": 400/\"vocab_size\": 512/' '%s/config.json' && "
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"vocab_size\": 501/\"vocab_size\": 512/' '%s/config.json' && "
              "mv '%s/tokenizer.json' '%s/tokenizer.model'", copy, copy, copy);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(quantize(copy, out, "Q8_0", NULL), 1);

@@ -101,6 +101,11 @@ static void test_default_system(void **state) {
     assert_null(sy_chat_template_default_system(chatml_no_default));
     assert_null(sy_chat_template_default_system(chatml_plain));
     assert_null(sy_chat_template_default_system(NULL));
+    /* SmolLM2's GGUF carries the newline after "system" as a real one inside the literal. */
+    s = sy_chat_template_default_system("{{ '<|im_start|>system\nYou are SmolLM.<|im_end|>\n' }}");
+    assert_non_null(s);
+    assert_string_equal(s, "You are SmolLM.");
+    free(s);
     s = sy_chat_template_default_system(chatml_double_quoted);
     assert_non_null(s);
     assert_string_equal(s, "You are \"Smol\", a small model");
