@@ -65,8 +65,10 @@ static long proc_kb(const char *path, const char *key) {
 }
 
 static void read_memory(proc_memory *m) {
-    m->peak_rss_kb = proc_kb("/proc/self/status", "VmHWM");
     m->rss_kb = proc_kb("/proc/self/status", "VmRSS");
+    /* Read after VmRSS (RSS can grow between two reads of the file), and never below it. */
+    m->peak_rss_kb = proc_kb("/proc/self/status", "VmHWM");
+    if (m->peak_rss_kb < m->rss_kb) m->peak_rss_kb = m->rss_kb;
     m->anon_kb = proc_kb("/proc/self/status", "RssAnon");
     m->file_kb = proc_kb("/proc/self/status", "RssFile");
     m->smaps_anon_kb = proc_kb("/proc/self/smaps_rollup", "Anonymous");
