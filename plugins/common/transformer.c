@@ -104,8 +104,9 @@ static void *alloc_counted(sy_tf_model *m, size_t n_bytes) {
 
 /* ---- building ---- */
 
-static bool check_matrix(const sy_tf_matrix *w, uint64_t rows, uint64_t cols, char *err, size_t err_size) {
-    const char *name = w->name ? w->name : "(unnamed matrix)";
+bool sy_tf_check_matrix(const sy_tf_matrix *w, const char *fallback_name, uint64_t rows, uint64_t cols, char *err,
+                        size_t err_size) {
+    const char *name = w->name ? w->name : fallback_name;
     if (w->data == NULL) {
         set_error(err, err_size, "tensor %s is missing", name);
         return false;
@@ -129,6 +130,10 @@ static bool check_matrix(const sy_tf_matrix *w, uint64_t rows, uint64_t cols, ch
         return false;
     }
     return true;
+}
+
+static bool check_matrix(const sy_tf_matrix *w, uint64_t rows, uint64_t cols, char *err, size_t err_size) {
+    return sy_tf_check_matrix(w, "(unnamed matrix)", rows, cols, err, err_size);
 }
 
 /* Copies a vector to F32. *out stays NULL when the vector is absent and optional. */

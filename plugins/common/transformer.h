@@ -124,6 +124,10 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
 void sy_tf_destroy(sy_tf_model *m);
 /* The checks of sy_tf_create alone (for other backends over the same weights: reference_forward.h). */
 bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size);
+/* One weight matrix: present, rows x cols, a type the matmul kernels take, rows long enough. fallback_name names
+ * it in the message when the matrix has no name of its own. */
+bool sy_tf_check_matrix(const sy_tf_matrix *w, const char *fallback_name, uint64_t rows, uint64_t cols, char *err,
+                        size_t err_size);
 
 const sy_tf_config *sy_tf_model_config(const sy_tf_model *m);
 uint32_t sy_tf_n_ctx(const sy_tf_model *m);

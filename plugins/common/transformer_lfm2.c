@@ -47,30 +47,7 @@ static bool check_matrix(const sy_tf_matrix *w, const char *what, uint32_t layer
                          char *err, size_t err_size) {
     char fallback[48];
     snprintf(fallback, sizeof fallback, "layer %u %s", layer, what);
-    const char *name = w->name ? w->name : fallback;
-    if (w->data == NULL) {
-        set_error(err, err_size, "tensor %s is missing", name);
-        return false;
-    }
-    if (w->rows != rows || w->cols != cols) {
-        set_error(err, err_size, "tensor %s: shape %llu x %llu, expected %llu x %llu", name,
-                  (unsigned long long)w->rows, (unsigned long long)w->cols, (unsigned long long)rows,
-                  (unsigned long long)cols);
-        return false;
-    }
-    if (!sy_matmul_supports(w->type)) {
-        const sy_dtype_traits *t = sy_dtype_get(w->type);
-        set_error(err, err_size, "tensor %s: type %s is not supported for matrix products", name,
-                  t ? t->name : "unknown");
-        return false;
-    }
-    size_t packed = sy_dtype_row_bytes(w->type, cols);
-    if (packed == 0 || w->row_bytes < packed) {
-        set_error(err, err_size, "tensor %s: rows of %zu bytes cannot hold %llu elements", name, w->row_bytes,
-                  (unsigned long long)cols);
-        return false;
-    }
-    return true;
+    return sy_tf_check_matrix(w, fallback, rows, cols, err, err_size);
 }
 
 /* An F32 copy of a vector of n elements; *out stays NULL when it is absent and optional. */
