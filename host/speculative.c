@@ -28,12 +28,15 @@
 #define SY_SPEC_PROBE_FIRST 16u
 #define SY_SPEC_PROBE_MAX 1024u
 
-/* The cost model: decode timings decay by this per call; without enough evidence a verified token costs this
- * share of a plain decode step. The fitted cost is pulled toward the prior with the weight of PRIOR_SPREAD calls
- * one token apart, so that a few timings disturbed by other processes cannot swing it. */
+/* The cost model (sy_speculator_note_decode): the cost of a verified proposal is the median of what the last
+ * PAIRS pairs of consecutive decode calls tell (so that timings disturbed by other processes cannot swing it),
+ * taken with the prior PRIOR_COST (of a plain decode step) while there are fewer than PRIOR_PAIRS of them; each
+ * pair's own figure is bounded to [0, PAIR_MAX]. The plain step time decays by TIMING_DECAY per call. */
 #define SY_SPEC_TIMING_DECAY 0.98
 #define SY_SPEC_PRIOR_COST 0.1
-#define SY_SPEC_PRIOR_SPREAD 8.0
+#define SY_SPEC_PAIRS 15u
+#define SY_SPEC_PRIOR_PAIRS 3u
+#define SY_SPEC_PAIR_MAX 4.0
 
 /* ------------------------------------------------------------------------------------------------------------
  * The target distribution: host/sampler.c's chain, step for step (penalties, top-k, min-p prefilter, top-p,
@@ -311,12 +314,18 @@ struct sy_speculator {
     sy_speculator_options opts;
     uint32_t n_seqs;
     uint32_t max_rollback; /* 0: no limit known; else the most proposals per step (learned from a failure) */
-    /* Decode timings of calls without prompt chunks: decayed sums for a least-squares fit of
-     * seconds = a + b * tokens, and the mean number of sequences per call. */
-    double w, w_n, w_nn, w_t, w_nt, w_items;
-    /* The last cost of a verified proposal the fit could tell (< 0: none yet). Once speculation stops, calls
-     * all carry one token per sequence and the fit cannot tell the cost any more: this one stands meanwhile. */
-    double verify_cost_known;
+    /* Decode timings of calls without prompt chunks. A call of m sequences and m + e tokens (e proposals) takes
+     * u (1 + c' e), u the time of the same call without proposals, c = c' m the cost of a proposal relative to a
+     * plain step of a sequence. Each pair of consecutive calls of the same m and different e tells c without u:
+     * c' = (t2 - t1) / (t1 e2 - t2 e1). Consecutive calls run under the same load, so a machine that gets busier
+     * or quieter over time cannot pass for a cost of tokens, as it does in a fit of seconds against tokens over
+     * many calls; and the figures stand while calls carry no proposals (speculation stopped). */
+    bool have_last;
+    double last_t, last_e, last_m;
+    double pair_cost[SY_SPEC_PAIRS]; /* ring of the last pairs' figures */
+    uint32_t n_pairs, next_pair;     /* figures in the ring (at most SY_SPEC_PAIRS); where the next goes */
+    /* Seconds of a plain step per sequence (each call less its proposals at the cost known then), decayed. */
+    double step_w, step_seconds;
     /* The drafter's time per unit of its work (a context token to catch up on, or a proposal), decayed. */
     double draft_seconds, draft_units;
 };
@@ -343,7 +352,6 @@ sy_speculator *sy_speculator_create(const sy_drafter_api *api, sy_drafter *draft
     if (sp->opts.draft_max > SY_SPEC_MAX_DRAFT) sp->opts.draft_max = SY_SPEC_MAX_DRAFT;
     if (sp->opts.draft_min > sp->opts.draft_max) sp->opts.draft_min = sp->opts.draft_max;
     if (!(sp->opts.draft_cost < 1e6)) sp->opts.draft_cost = -1; /* NaN or absurd: measure instead */
-    sp->verify_cost_known = -1;
     return sp;
 }
 
@@ -393,43 +401,52 @@ void sy_speculator_free(sy_speculator *sp) {
 const char *sy_speculator_label(const sy_speculator *sp) { return sp->label; }
 const sy_speculator_options *sy_speculator_get_options(const sy_speculator *sp) { return &sp->opts; }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The cost of a verified proposal relative to a plain step of a sequence: the median of the pairs' figures (and of
+ * the prior while they are few). */
+static double verify_cost(const sy_speculator *sp) {
+    double v[SY_SPEC_PAIRS + SY_SPEC_PRIOR_PAIRS];
+    uint32_t n = sp->n_pairs;
+    memcpy(v, sp->pair_cost, n * sizeof *v);
+    for (uint32_t i = n; i < SY_SPEC_PRIOR_PAIRS; i++) v[n++] = SY_SPEC_PRIOR_COST;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void sy_speculator_note_decode(sy_speculator *sp, uint32_t n_tokens, uint32_t n_items, bool prefill,
                                double seconds) {
-    if (sp == NULL || prefill || n_items == 0 || !(seconds >= 0) || seconds > 60) return;
-    const double d = SY_SPEC_TIMING_DECAY, n = (double)n_tokens;
-    sp->w = sp->w * d + 1;
-    sp->w_n = sp->w_n * d + n;
-    sp->w_nn = sp->w_nn * d + n * n;
-    sp->w_t = sp->w_t * d + seconds;
-    sp->w_nt = sp->w_nt * d + n * seconds;
-    sp->w_items = sp->w_items * d + (double)n_items;
+    if (sp == NULL || prefill || n_items == 0 || n_tokens < n_items || !(seconds > 0) || seconds > 60) return;
+    double t = seconds, m = (double)n_items, e = (double)(n_tokens - n_items);
+    if (sp->have_last && sp->last_m == m && sp->last_e != e) {
+        /* In the model den = u (e - last_e); the other sign means a time ratio beyond what any cost explains
+         * (more than e / last_e): the most a pair may say. A negative figure (the longer call was faster) says 0. */
+        double den = sp->last_t * e - t * sp->last_e, c = SY_SPEC_PAIR_MAX;
+        if (den != 0 && (den > 0) == (e > sp->last_e)) c = m * (t - sp->last_t) / den;
+        if (!(c > 0)) c = 0;
+        if (c > SY_SPEC_PAIR_MAX) c = SY_SPEC_PAIR_MAX;
+        sp->pair_cost[sp->next_pair] = c;
+        sp->next_pair = (sp->next_pair + 1) % SY_SPEC_PAIRS;
+        if (sp->n_pairs < SY_SPEC_PAIRS) sp->n_pairs++;
+    }
+    sp->have_last = true;
+    sp->last_t = t;
+    sp->last_e = e;
+    sp->last_m = m;
+    double c = verify_cost(sp);
+    if (c < 0) c = 0;
+    sp->step_w = sp->step_w * SY_SPEC_TIMING_DECAY + 1;
+    sp->step_seconds = sp->step_seconds * SY_SPEC_TIMING_DECAY + t / (m + c * e);
 }
 
 double sy_speculator_cost(sy_speculator *sp) {
     if (sp->opts.draft_cost >= 0) return sp->opts.draft_cost;
-    if (sp->w < 4) return SY_SPEC_PRIOR_COST;
-    double mean_n = sp->w_n / sp->w, mean_t = sp->w_t / sp->w, items = sp->w_items / sp->w;
-    double var_n = sp->w_nn / sp->w - mean_n * mean_n;
-    if (!(items > 0) || !(mean_t > 0)) return SY_SPEC_PRIOR_COST;
-    /* Seconds of one plain step (one token per sequence) per sequence, and what one more token in a call costs,
-     * from seconds = a + b * tokens; without enough spread in the token counts, only the mean is known. */
-    double per_seq = mean_t / items;
-    double verify = sp->verify_cost_known >= 0 ? sp->verify_cost_known : SY_SPEC_PRIOR_COST;
-    if (var_n > 0.1) {
-        double b = (sp->w_nt / sp->w - mean_n * mean_t) / var_n;
-        if (b < 0) b = 0;
-        double a = mean_t - b * mean_n;
-        if (a < 0) a = 0;
-        if (a + b * items > 0) {
-            per_seq = (a + b * items) / items;
-            /* The fit's weight is the spread of its token counts (decayed calls times variance). */
-            double spread = sp->w * var_n;
-            verify = (spread * (b / per_seq) + SY_SPEC_PRIOR_SPREAD * SY_SPEC_PRIOR_COST) /
-                     (spread + SY_SPEC_PRIOR_SPREAD);
-            sp->verify_cost_known = verify;
-        }
-    }
-    double draft = sp->draft_units > 0 ? (sp->draft_seconds / sp->draft_units) / per_seq : 0;
+    double verify = verify_cost(sp);
+    double per_seq = sp->step_w > 0 ? sp->step_seconds / sp->step_w : 0;
+    double draft = sp->draft_units > 0 && per_seq > 0 ? (sp->draft_seconds / sp->draft_units) / per_seq : 0;
     double cost = verify + draft;
     if (cost < 0.001) cost = 0.001;
     if (cost > 10) cost = 10;

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -77,7 +78,8 @@ class Server:
 
     def __init__(self, name, config):
         self.dir = os.path.join(ARGS.work_dir, name)
-        os.makedirs(self.dir, exist_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)  # KV snapshots of an earlier run must not be found
+        os.makedirs(self.dir)
         self.name = name
         cfg_path = os.path.join(self.dir, "serve.ini")
         with open(cfg_path, "w") as f:

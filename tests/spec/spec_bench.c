@@ -3,8 +3,10 @@
  * tools/bench/spec_bench.py). Not a test.
  *
  *   spec-bench decode MODEL [options]      decode tokens/s without speculation and with the replay drafter at
- *                                          several corruption rates (or with --draft SPEC), in one process, runs
- *                                          interleaved; every speculative output is checked against the plain one
+ *                                          several corruption rates (or with --draft SPEC), in one process: the
+ *                                          generations take turns step by step, so that other processes' load
+ *                                          falls on all alike; every speculative output is checked against the
+ *                                          plain one
  *   spec-bench verify-cost MODEL [options] seconds of one decode call of 1..K+1 tokens (what verifying K
  *                                          proposals costs relative to a plain step)
  *   spec-bench ngram-cost [options]        the n-gram drafter's time per proposal on a long context, through its
@@ -87,10 +89,13 @@ static int32_t *make_prompt(const bench_opts *o, const sy_loaded_model *lm, size
 }
 
 typedef struct run_result {
-    double decode_seconds; /* from the first sampled token to the last */
+    double decode_seconds; /* the steps' time: from the first sampled token to the last */
+    double engine_seconds; /* of which in the engine's decode calls */
     uint32_t generated;
     uint64_t drafted, accepted, steps, spec_steps;
-    int32_t *ids; /* the output, generated tokens */
+    uint64_t rejecting_steps;                /* verifying steps that rejected a proposal */
+    uint32_t k_hist[SY_SPEC_MAX_DRAFT + 1];  /* decode steps by proposals verified */
+    int32_t *ids;                            /* the output, generated tokens */
 } run_result;
 
 static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_t *tokens, uint32_t n,
@@ -100,64 +105,114 @@ static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_
     return lm->engine->decode(lm->model, &batch);
 }
 
-/* Greedy generation of n_new tokens after the prompt, with proposals from spec when given. */
-static void generate(const sy_loaded_model *lm, const int32_t *prompt, uint32_t n_prompt, uint32_t n_new,
-                     sy_speculator *spec, run_result *r) {
-    memset(r, 0, sizeof *r);
+/* One greedy generation of n_new tokens after the prompt, with proposals from spec when given, advanced a step at
+ * a time (so that several can take turns and share whatever the machine's load does meanwhile). */
+typedef struct gen_state {
+    const sy_loaded_model *lm;
+    sy_speculator *spec;
+    sy_sampler *sampler;
+    sy_spec_seq *q;
+    sy_seq *seq;
+    float *logits;
+    int32_t *history;
+    uint32_t n_prompt, n_history, n_new, generated, draft_room;
+    int32_t token;
+    bool done;
+    run_result r;
+} gen_state;
+
+/* Prefills the prompt (not timed) and takes the first token. */
+static void gen_start(gen_state *g, const sy_loaded_model *lm, const int32_t *prompt, uint32_t n_prompt,
+                      uint32_t n_new, sy_speculator *spec) {
+    memset(g, 0, sizeof *g);
+    g->lm = lm;
+    g->spec = spec;
+    g->n_prompt = n_prompt;
+    g->n_new = n_new;
     uint32_t n_vocab = lm->info.n_vocab;
-    uint32_t draft_room = spec != NULL ? sy_speculator_get_options(spec)->draft_max : 0;
+    g->draft_room = spec != NULL ? sy_speculator_get_options(spec)->draft_max : 0;
     sy_sampler_params sp = sy_sampler_defaults();
     sp.temperature = 0;
-    sy_sampler *sampler = sy_sampler_create(&sp, n_vocab);
-    float *logits = sy_xmalloc((size_t)n_vocab * sizeof *logits);
-    int32_t *history = sy_xmalloc((n_prompt + n_new + 1 + draft_room) * sizeof *history);
-    memcpy(history, prompt, n_prompt * sizeof *history);
-    uint32_t n_history = n_prompt;
-    sy_spec_seq *q = spec != NULL ? sy_spec_seq_create(spec, n_vocab) : NULL;
-    sy_spec_seq_begin(q, &sp);
-    sy_seq *seq = NULL;
-    if (lm->engine->seq_create(lm->model, &seq) != SY_OK) die("%s", lm->engine->error_message());
-    if (decode_run(lm, seq, prompt, n_prompt, 1, logits) != SY_OK) die("prefill: %s", lm->engine->error_message());
+    g->sampler = sy_sampler_create(&sp, n_vocab);
+    g->logits = sy_xmalloc((size_t)n_vocab * sizeof *g->logits);
+    g->history = sy_xmalloc((n_prompt + n_new + 1 + g->draft_room) * sizeof *g->history);
+    memcpy(g->history, prompt, n_prompt * sizeof *g->history);
+    g->n_history = n_prompt;
+    g->q = spec != NULL ? sy_spec_seq_create(spec, n_vocab) : NULL;
+    sy_spec_seq_begin(g->q, &sp);
+    if (lm->engine->seq_create(lm->model, &g->seq) != SY_OK) die("%s", lm->engine->error_message());
+    if (decode_run(lm, g->seq, prompt, n_prompt, 1, g->logits) != SY_OK)
+        die("prefill: %s", lm->engine->error_message());
     double t0 = sy_now_seconds();
-    int32_t token = sy_sampler_sample(sampler, logits, history, n_history);
-    uint32_t generated = 0;
-    while (generated < n_new) {
-        history[n_history++] = token;
-        if (++generated == n_new) break;
-        uint32_t left = n_new - generated - 1;
-        uint32_t limit = left < draft_room ? left : draft_room;
-        uint32_t k = q != NULL && limit > 0 ? sy_spec_seq_propose(q, history, n_history, limit) : 0;
-        double td = sy_now_seconds();
-        if (decode_run(lm, seq, &history[n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(q) : logits) != SY_OK)
-            die("decode: %s", lm->engine->error_message());
-        if (spec != NULL) sy_speculator_note_decode(spec, 1 + k, 1, false, sy_now_seconds() - td);
-        r->steps++;
-        if (k == 0) {
-            token = sy_sampler_sample(sampler, logits, history, n_history);
-            continue;
-        }
-        r->spec_steps++;
-        sy_spec_verdict v;
-        sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
-        r->drafted += v.n_drafted;
-        r->accepted += v.n_accepted;
-        if (v.n_accepted < k && lm->engine->seq_truncate(lm->model, seq, n_history + v.n_accepted) != SY_OK)
-            die("seq_truncate: %s (the benchmark does not rebuild sequences)", lm->engine->error_message());
-        uint32_t take = v.n_accepted;
-        if (take > n_new - generated) take = n_new - generated;
-        n_history += take;
-        generated += take;
-        token = v.next;
+    g->token = sy_sampler_sample(g->sampler, g->logits, g->history, g->n_history);
+    g->r.decode_seconds = sy_now_seconds() - t0;
+    g->done = n_new == 0;
+}
+
+/* One step of `switchyard generate`'s loop: the token just chosen joins the history; it is decoded with the
+ * drafter's proposals after it; the verdict takes the accepted ones and the target's own next token. */
+static void gen_step(gen_state *g) {
+    const sy_loaded_model *lm = g->lm;
+    run_result *r = &g->r;
+    double t0 = sy_now_seconds();
+    g->history[g->n_history++] = g->token;
+    if (++g->generated == g->n_new) {
+        g->done = true;
+        r->decode_seconds += sy_now_seconds() - t0;
+        return;
     }
-    r->decode_seconds = sy_now_seconds() - t0;
-    r->generated = generated;
-    r->ids = sy_xmalloc((generated ? generated : 1) * sizeof *r->ids);
-    memcpy(r->ids, history + n_prompt, generated * sizeof *r->ids);
-    lm->engine->seq_free(lm->model, seq);
-    sy_spec_seq_free(q);
-    sy_sampler_free(sampler);
-    free(history);
-    free(logits);
+    uint32_t left = g->n_new - g->generated - 1;
+    uint32_t limit = left < g->draft_room ? left : g->draft_room;
+    uint32_t k = g->q != NULL && limit > 0 ? sy_spec_seq_propose(g->q, g->history, g->n_history, limit) : 0;
+    double td = sy_now_seconds();
+    if (decode_run(lm, g->seq, &g->history[g->n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(g->q) : g->logits) !=
+        SY_OK)
+        die("decode: %s", lm->engine->error_message());
+    double engine = sy_now_seconds() - td;
+    r->engine_seconds += engine;
+    if (g->spec != NULL) sy_speculator_note_decode(g->spec, 1 + k, 1, false, engine);
+    r->steps++;
+    r->k_hist[k]++;
+    if (k == 0) {
+        g->token = sy_sampler_sample(g->sampler, g->logits, g->history, g->n_history);
+        r->decode_seconds += sy_now_seconds() - t0;
+        return;
+    }
+    r->spec_steps++;
+    sy_spec_verdict v;
+    sy_spec_seq_verify(g->q, g->sampler, g->history, g->n_history, k, &v);
+    r->drafted += v.n_drafted;
+    r->accepted += v.n_accepted;
+    r->rejecting_steps += v.n_accepted < k;
+    if (v.n_accepted < k && lm->engine->seq_truncate(lm->model, g->seq, g->n_history + v.n_accepted) != SY_OK)
+        die("seq_truncate: %s (the benchmark does not rebuild sequences)", lm->engine->error_message());
+    uint32_t take = v.n_accepted; /* k <= left: the accepted ones and the next token fit */
+    g->n_history += take;
+    g->generated += take;
+    g->token = v.next;
+    r->decode_seconds += sy_now_seconds() - t0;
+}
+
+/* The output into g->r.ids; frees the rest. */
+static void gen_finish(gen_state *g) {
+    run_result *r = &g->r;
+    r->generated = g->generated;
+    r->ids = sy_xmalloc((g->generated ? g->generated : 1) * sizeof *r->ids);
+    memcpy(r->ids, g->history + g->n_prompt, g->generated * sizeof *r->ids);
+    g->lm->engine->seq_free(g->lm->model, g->seq);
+    sy_spec_seq_free(g->q);
+    sy_sampler_free(g->sampler);
+    free(g->history);
+    free(g->logits);
+}
+
+static void generate(const sy_loaded_model *lm, const int32_t *prompt, uint32_t n_prompt, uint32_t n_new,
+                     sy_speculator *spec, run_result *r) {
+    gen_state g;
+    gen_start(&g, lm, prompt, n_prompt, n_new, spec);
+    while (!g.done) gen_step(&g);
+    gen_finish(&g);
+    *r = g.r;
 }
 
 static void print_run(const char *mode, int pct, uint32_t rep, const run_result *r, const run_result *plain,
@@ -165,12 +220,20 @@ static void print_run(const char *mode, int pct, uint32_t rep, const run_result 
     bool same = plain == NULL || (r->generated == plain->generated &&
                                   memcmp(r->ids, plain->ids, r->generated * sizeof *r->ids) == 0);
     printf("{\"kind\": \"decode\", \"mode\": \"%s\", \"corrupt_pct\": %d, \"rep\": %u, \"tokens\": %u, "
-           "\"seconds\": %.6f, \"tok_s\": %.4f, \"steps\": %llu, \"spec_steps\": %llu, \"drafted\": %llu, "
-           "\"accepted\": %llu, \"acceptance\": %.4f, \"cost_per_draft\": %.4f, \"same_as_plain\": %s}\n",
-           mode, pct, (unsigned)rep, (unsigned)r->generated, r->decode_seconds,
+           "\"seconds\": %.6f, \"engine_seconds\": %.6f, \"tok_s\": %.4f, \"steps\": %llu, \"spec_steps\": %llu, \"drafted\": %llu, "
+           "\"accepted\": %llu, \"rejecting_steps\": %llu, \"acceptance\": %.4f, \"per_proposal\": %.4f, "
+           "\"cost_per_draft\": %.4f, \"same_as_plain\": %s, \"k_hist\": [",
+           mode, pct, (unsigned)rep, (unsigned)r->generated, r->decode_seconds, r->engine_seconds,
            r->decode_seconds > 0 ? r->generated / r->decode_seconds : 0.0, (unsigned long long)r->steps,
            (unsigned long long)r->spec_steps, (unsigned long long)r->drafted, (unsigned long long)r->accepted,
-           r->drafted ? (double)r->accepted / (double)r->drafted : 0.0, cost, same ? "true" : "false");
+           (unsigned long long)r->rejecting_steps, r->drafted ? (double)r->accepted / (double)r->drafted : 0.0,
+           r->accepted + r->rejecting_steps ? (double)r->accepted / (double)(r->accepted + r->rejecting_steps) : 0.0,
+           cost, same ? "true" : "false");
+    uint32_t last = 0;
+    for (uint32_t k = 0; k <= SY_SPEC_MAX_DRAFT; k++)
+        if (r->k_hist[k] != 0) last = k;
+    for (uint32_t k = 0; k <= last; k++) printf("%s%u", k ? ", " : "", (unsigned)r->k_hist[k]);
+    printf("]}\n");
     fflush(stdout);
     if (!same) {
         fprintf(stderr, "spec-bench: the %s output (corruption %d%%) differs from the plain one\n", mode, pct);
@@ -224,15 +287,27 @@ static int cmd_decode(const bench_opts *o) {
         specs[i] = sy_speculator_open(&reg, spec_text, NULL, lm.info.n_vocab, NULL, 0, &so, err, sizeof err);
         if (specs[i] == NULL) die("%s", err);
     }
+    /* Each repetition runs the plain generation and one per rate side by side, a step of each in turn, so that
+     * the load of other processes falls on all of them alike; each one's time is the sum of its own steps. */
     for (uint32_t rep = 0; rep < o->reps; rep++) {
-        run_result r;
-        generate(&lm, prompt, (uint32_t)n_prompt, o->n_new, NULL, &r);
-        print_run("plain", -1, rep, &r, &plain, 0);
-        free(r.ids);
-        for (size_t i = 0; i < n_pcts; i++) {
-            generate(&lm, prompt, (uint32_t)n_prompt, o->n_new, specs[i], &r);
-            print_run(o->draft != NULL ? o->draft : "replay", pcts[i], rep, &r, &plain, sy_speculator_cost(specs[i]));
-            free(r.ids);
+        gen_state g[17];
+        size_t n_g = n_pcts + 1;
+        gen_start(&g[0], &lm, prompt, (uint32_t)n_prompt, o->n_new, NULL);
+        for (size_t i = 0; i < n_pcts; i++) gen_start(&g[i + 1], &lm, prompt, (uint32_t)n_prompt, o->n_new, specs[i]);
+        for (bool busy = true; busy;) {
+            busy = false;
+            for (size_t i = 0; i < n_g; i++) {
+                if (g[i].done) continue;
+                gen_step(&g[i]);
+                busy = true;
+            }
+        }
+        for (size_t i = 0; i < n_g; i++) {
+            gen_finish(&g[i]);
+            if (i == 0) print_run("plain", -1, rep, &g[i].r, &plain, 0);
+            else print_run(o->draft != NULL ? o->draft : "replay", pcts[i - 1], rep, &g[i].r, &plain,
+                           sy_speculator_cost(specs[i - 1]));
+            free(g[i].r.ids);
         }
     }
     for (size_t i = 0; i < n_pcts; i++) sy_speculator_free(specs[i]);

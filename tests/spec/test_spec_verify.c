@@ -275,6 +275,57 @@ static void measured_cost_follows_decode_timings(void **state) {
     sy_speculator_free(pinned);
 }
 
+/* The machine's load changes while the draft length does: the cost is told by consecutive calls, not by a fit over
+ * a stretch in which long calls happened to come when the machine was busy. */
+static void measured_cost_ignores_changes_in_load(void **state) {
+    (void)state;
+    sy_drafter_api nd;
+    memset(&nd, 0, sizeof nd);
+    nd.struct_size = sizeof nd;
+    nd.error_message = nd_error;
+    nd.create = nd_create;
+    nd.destroy = nd_destroy;
+    sy_drafter *d = NULL;
+    nd_create(NULL, NULL, 0, NULL, 0, &d);
+    sy_speculator *sp = sy_speculator_create(&nd, d, "drift", NULL);
+    /* A plain step takes u seconds, each proposal 0.1 u more. First 60 calls of 8 proposals (mostly) while the
+     * machine is busy (u = 30 ms), then 60 of 1 proposal (mostly) after it quietened down (u = 10 ms); every tenth
+     * call has the other length, as a controller's choices vary. */
+    for (int i = 0; i < 120; i++) {
+        bool busy = i < 60;
+        double u = busy ? 0.030 : 0.010;
+        uint32_t e = (i % 10 == 9) ? (busy ? 1 : 8) : (busy ? 8 : 1);
+        sy_speculator_note_decode(sp, 1 + e, 1, false, u * (1 + 0.1 * e));
+    }
+    double c = sy_speculator_cost(sp);
+    printf("cost per proposal after a change in load: %.3f (true 0.1)\n", c);
+    assert_true(c > 0.08 && c < 0.12);
+    /* Speculation stops: calls of one token tell nothing about proposals, and the estimate stands. */
+    for (int i = 0; i < 1000; i++) sy_speculator_note_decode(sp, 1, 1, false, 0.010);
+    assert_true(fabs(sy_speculator_cost(sp) - c) < 1e-12);
+    /* Several sequences per call: the cost is still per sequence. */
+    for (int i = 0; i < 200; i++) {
+        uint32_t e = (uint32_t)(i % 3) * 4; /* 0, 4 or 8 proposals among 4 sequences */
+        sy_speculator_note_decode(sp, 4 + e, 4, false, 4 * 0.010 * (1 + 0.25 * e / 4.0));
+    }
+    c = sy_speculator_cost(sp);
+    printf("cost per proposal with 4 sequences a call: %.3f (true 0.25)\n", c);
+    assert_true(c > 0.22 && c < 0.28);
+    /* One call in five disturbed (three times as long, or a third): the figure holds. */
+    uint64_t x = 12345;
+    for (int i = 0; i < 300; i++) {
+        uint32_t e = (uint32_t)(i % 2) * 7; /* 0 or 7 proposals, one sequence */
+        double t = 0.020 * (1 + 0.3 * e);
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+        if (x % 5 == 0) t *= (x >> 32) % 2 ? 3.0 : 1.0 / 3.0;
+        sy_speculator_note_decode(sp, 1 + e, 1, false, t);
+    }
+    c = sy_speculator_cost(sp);
+    printf("cost per proposal with one call in five disturbed: %.3f (true 0.3)\n", c);
+    assert_true(c > 0.25 && c < 0.36);
+    sy_speculator_free(sp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(target_distribution_is_what_the_sampler_draws),
@@ -284,6 +335,7 @@ int main(void) {
         cmocka_unit_test(best_k_weighs_acceptance_against_cost),
         cmocka_unit_test(controller_stops_when_it_does_not_pay_and_probes),
         cmocka_unit_test(measured_cost_follows_decode_timings),
+        cmocka_unit_test(measured_cost_ignores_changes_in_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

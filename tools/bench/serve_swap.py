@@ -8,9 +8,12 @@ A and B are two GGUF files (two copies of one file work: different paths make di
 group of a server of their own; their pages are read once first (a warm page cache). Model A is loaded by a
 first request; then requests alternate B, A, B, ... each of them a swap: the loaded model is unloaded, the other
 loaded, the prompt prefilled and the first token streamed. The same short prompt is sent with /v1/completions
-(max_tokens 1), so the swap dominates. The config is the default otherwise (persist_on_unload is on, but the
-GGUF plugin has no state extension yet, so no KV snapshot is written or restored). `--rounds` servers are run one
-after another, `--swaps` swaps each.
+(max_tokens 1), so the swap dominates. Two configurations, `--rounds` servers of each run one after another,
+`--swaps` swaps each:
+
+  - persist_on_unload = false: a plain swap (unload, load, prefill, first token);
+  - persist_on_unload = true (the default): the unloaded model's warm KV is written to a snapshot first, and the
+    model loaded restores its own snapshot of its previous unload, so the repeated prompt is a cache hit.
 
 For comparison: the time to first token of a prompt of the same length on the loaded model (no swap), and
 `switchyard bench` on the same file (the engine's load and 5-token prefill without the server).
@@ -23,8 +26,9 @@ which has no Python to import, would need at least).
 """
 import argparse
 import json
-import re
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -39,8 +43,9 @@ FRESH_PROMPTS = ["Goodbye, my name is", "Welcome, my name is", "Thanks, my name 
                  "Yes, my name is", "Well, my name is"]
 
 
-def config(args, work):
-    common = (f"plugin = gguf-quant\ngroup = pair\nparallel = 1\nthreads = {args.threads}\nctx_size = {args.ctx}\n")
+def config(args, work, persist):
+    common = (f"plugin = gguf-quant\ngroup = pair\nparallel = 1\nthreads = {args.threads}\nctx_size = {args.ctx}\n"
+              f"persist_on_unload = {'true' if persist else 'false'}\n")
     return (f"[host]\nresume_path = {os.path.join(work, 'resume')}\n\n"
             f"[model.bench-a]\npath = {os.path.abspath(args.model_a)}\n{common}\n"
             f"[model.bench-b]\npath = {os.path.abspath(args.model_b)}\n{common}\n"
@@ -54,10 +59,11 @@ def ttft(port, model, prompt=PROMPT):
             "cached_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens")}
 
 
-def run_switchyard(args):
-    work = args.work_dir
-    os.makedirs(work, exist_ok=True)
-    srv = sc.Server(args.switchyard, config(args, work), args.plugin_dir, work)
+def run_switchyard(args, persist):
+    work = os.path.join(args.work_dir, "persist" if persist else "plain")
+    shutil.rmtree(work, ignore_errors=True)  # no snapshots of an earlier run
+    os.makedirs(work)
+    srv = sc.Server(args.switchyard, config(args, work, persist), args.plugin_dir, work)
     try:
         for model in ("bench-a", "bench-b", "bench-a"):  # first loads of each are not counted
             ttft(srv.port, model)
@@ -74,7 +80,7 @@ def run_switchyard(args):
     loads = [float(x) for x in re.findall(r"model bench-[ab] loaded in ([0-9.]+) s", log)][3:]
     unloads = [float(x) for x in re.findall(r"model bench-[ab] unloaded in ([0-9.]+) s", log)][2:]
     t = sorted(s["ttft_s"] for s in swaps)
-    return {"swaps": swaps, "loaded": loaded,
+    return {"persist_on_unload": persist, "swaps": swaps, "loaded": loaded,
             "swap_ttft_median_s": sc.median(t), "swap_ttft_min_s": t[0], "swap_ttft_max_s": t[-1],
             "swap_ttft_p90_s": t[min(len(t) - 1, int(0.9 * len(t)))],
             "loaded_ttft_median_s": sc.median([x["ttft_s"] for x in loaded]),
@@ -150,24 +156,30 @@ def main():
               "model_a": os.path.abspath(args.model_a), "model_b": os.path.abspath(args.model_b)}
     result["load_before"] = sc.wait_for_quiet(args.max_load, args.max_wait)
     print(f"load average {result['load_before']}", flush=True)
-    rounds = []
-    for k in range(args.rounds):
-        r = run_switchyard(args)
-        rounds.append(r)
-        print(f"round {k}: swap to first token median {r['swap_ttft_median_s'] * 1000:.1f} ms (min "
-              f"{r['swap_ttft_min_s'] * 1000:.1f}, p90 {r['swap_ttft_p90_s'] * 1000:.1f}, max "
-              f"{r['swap_ttft_max_s'] * 1000:.1f}) over {len(r['swaps'])} swaps, {r['prompt_tokens']} prompt "
-              f"tokens; no swap: {r['loaded_ttft_median_s'] * 1000:.1f} ms; server log: load "
-              f"{(r['server_load_s_median'] or 0) * 1000:.1f} ms, unload {(r['server_unload_s_median'] or 0) * 1000:.1f}"
-              f" ms; load average now {sc.loadavg()[0]:.2f}", flush=True)
-    result["switchyard"] = rounds
-    all_swaps = sorted(s["ttft_s"] for r in rounds for s in r["swaps"])
-    result["swap_ttft_median_s"] = sc.median(all_swaps)
-    result["swap_ttft_p90_s"] = all_swaps[min(len(all_swaps) - 1, int(0.9 * len(all_swaps)))]
-    result["loaded_ttft_median_s"] = sc.median([x["ttft_s"] for r in rounds for x in r["loaded"]])
-    print(f"all rounds: swap to first token median {result['swap_ttft_median_s'] * 1000:.1f} ms, p90 "
-          f"{result['swap_ttft_p90_s'] * 1000:.1f} ms; no swap {result['loaded_ttft_median_s'] * 1000:.1f} ms",
-          flush=True)
+    for persist in (False, True):
+        rounds = []
+        for k in range(args.rounds):
+            r = run_switchyard(args, persist)
+            rounds.append(r)
+            print(f"persist_on_unload={str(persist).lower()} round {k}: swap to first token median "
+                  f"{r['swap_ttft_median_s'] * 1000:.1f} ms (min {r['swap_ttft_min_s'] * 1000:.1f}, p90 "
+                  f"{r['swap_ttft_p90_s'] * 1000:.1f}, max {r['swap_ttft_max_s'] * 1000:.1f}) over {len(r['swaps'])} "
+                  f"swaps, {r['prompt_tokens']} prompt tokens, cached "
+                  f"{sorted(set(x['cached_tokens'] for x in r['swaps']))}; no swap: "
+                  f"{r['loaded_ttft_median_s'] * 1000:.1f} ms; server log: load "
+                  f"{(r['server_load_s_median'] or 0) * 1000:.1f} ms, unload "
+                  f"{(r['server_unload_s_median'] or 0) * 1000:.1f} ms; load average now {sc.loadavg()[0]:.2f}",
+                  flush=True)
+        all_swaps = sorted(s["ttft_s"] for r in rounds for s in r["swaps"])
+        summary = {"rounds": rounds, "swap_ttft_median_s": sc.median(all_swaps),
+                   "swap_ttft_p90_s": all_swaps[min(len(all_swaps) - 1, int(0.9 * len(all_swaps)))],
+                   "loaded_ttft_median_s": sc.median([x["ttft_s"] for r in rounds for x in r["loaded"]]),
+                   "server_load_s_median": sc.median([r["server_load_s_median"] for r in rounds]),
+                   "server_unload_s_median": sc.median([r["server_unload_s_median"] for r in rounds])}
+        result["persist" if persist else "plain"] = summary
+        print(f"persist_on_unload={str(persist).lower()}, all rounds: swap to first token median "
+              f"{summary['swap_ttft_median_s'] * 1000:.1f} ms, p90 {summary['swap_ttft_p90_s'] * 1000:.1f} ms; no swap "
+              f"{summary['loaded_ttft_median_s'] * 1000:.1f} ms", flush=True)
     eb = [run_engine_bench(args) for _ in range(3)]
     result["engine_bench"] = eb
     print("switchyard bench (engine alone, no server): " + "; ".join(
