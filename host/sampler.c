@@ -18,8 +18,7 @@ struct sy_sampler {
     sy_rng rng;
     candidate *cands;   /* n_vocab entries */
     uint32_t *counts;   /* per-token counts for the penalties */
-    double last_log_z;  /* log-sum-exp of the last penalised logits */
-    float *last_logits; /* the last penalised logits (for logprobs) */
+    float *last_logits; /* the last penalised logits (for logprobs; their log-sum-exp is computed when asked) */
 };
 
 sy_sampler_params sy_sampler_defaults(void) {
@@ -154,12 +153,10 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
     uint32_t n = s->n_vocab;
     apply_penalties(s, logits, history, n_history);
     memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);
-    float max = logits[sy_argmax(logits, n)];
-    double z = 0;
-    for (uint32_t i = 0; i < n; i++) z += exp((double)logits[i] - max);
-    s->last_log_z = max + log(z);
-
+    /* Greedy needs no softmax: one pass over the row, which matters with a vocabulary of 150k and several slots
+     * sampled one after another on the engine loop between two decodes. */
     if (p->temperature <= 0.0f) return sy_argmax(logits, n);
+    float max = logits[sy_argmax(logits, n)];
 
     uint32_t kept = 0;
     double total; /* untempered mass of the candidates after top-k */
@@ -175,7 +172,8 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
         for (uint32_t i = 0; i < n; i++) {
             if (logits[i] >= floor_logit) s->cands[kept++] = (candidate){(int32_t)i, logits[i], 0};
         }
-        total = z;
+        total = 0;
+        for (uint32_t i = 0; i < n; i++) total += exp((double)logits[i] - max);
     }
     qsort(s->cands, kept, sizeof *s->cands, by_logit_desc);
     for (uint32_t i = 0; i < kept; i++) s->cands[i].p = exp((double)s->cands[i].logit - max) / total;
@@ -210,5 +208,9 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
 
 double sy_sampler_last_logprob(const sy_sampler *s, int32_t token) {
     if (token < 0 || (uint32_t)token >= s->n_vocab) return -INFINITY;
-    return (double)s->last_logits[token] - s->last_log_z;
+    const float *l = s->last_logits;
+    float max = l[sy_argmax(l, s->n_vocab)];
+    double z = 0;
+    for (uint32_t i = 0; i < s->n_vocab; i++) z += exp((double)l[i] - max);
+    return (double)l[token] - (max + log(z));
 }

@@ -30,7 +30,8 @@ void sy_sampler_free(sy_sampler *s);
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history);
 
 /* The probability the sampler's distribution gave each token of its last call: for logprobs. Returns the
- * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. */
+ * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. One pass over the
+ * vocabulary per call (sampling itself does not compute the softmax when it is greedy). */
 double sy_sampler_last_logprob(const sy_sampler *s, int32_t token);
 
 /* Greedy choice: the highest logit, the lowest id on ties. */

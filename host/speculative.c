@@ -30,13 +30,16 @@
 
 /* The cost model (sy_speculator_note_decode): the cost of a verified proposal is the median of what the last
  * PAIRS pairs of consecutive decode calls tell (so that timings disturbed by other processes cannot swing it),
- * taken with the prior PRIOR_COST (of a plain decode step) while there are fewer than PRIOR_PAIRS of them; each
- * pair's own figure is bounded to [0, PAIR_MAX]. The plain step time decays by TIMING_DECAY per call. */
+ * padded with the prior PRIOR_COST (of a plain decode step) up to PRIOR_PAIRS figures: a few pairs cannot move
+ * it far. A pair's figure is bounded to [0, PAIR_MAX] and forgotten after PAIR_LIFE calls, so that an estimate
+ * that stopped speculation, and with it the pairs that could correct it, does not stand forever. The plain step
+ * time decays by TIMING_DECAY per call. */
 #define SY_SPEC_TIMING_DECAY 0.98
 #define SY_SPEC_PRIOR_COST 0.1
 #define SY_SPEC_PAIRS 15u
-#define SY_SPEC_PRIOR_PAIRS 3u
+#define SY_SPEC_PRIOR_PAIRS 7u
 #define SY_SPEC_PAIR_MAX 4.0
+#define SY_SPEC_PAIR_LIFE 512u
 
 /* ------------------------------------------------------------------------------------------------------------
  * The target distribution: host/sampler.c's chain, step for step (penalties, top-k, min-p prefilter, top-p,
@@ -322,8 +325,10 @@ struct sy_speculator {
      * many calls; and the figures stand while calls carry no proposals (speculation stopped). */
     bool have_last;
     double last_t, last_e, last_m;
-    double pair_cost[SY_SPEC_PAIRS]; /* ring of the last pairs' figures */
-    uint32_t n_pairs, next_pair;     /* figures in the ring (at most SY_SPEC_PAIRS); where the next goes */
+    double pair_cost[SY_SPEC_PAIRS];   /* ring of the last pairs' figures */
+    uint64_t pair_call[SY_SPEC_PAIRS]; /* the call each came from */
+    uint32_t n_pairs, next_pair;       /* figures in the ring (at most SY_SPEC_PAIRS); where the next goes */
+    uint64_t calls;                    /* calls noted */
     /* Seconds of a plain step per sequence (each call less its proposals at the cost known then), decayed. */
     double step_w, step_seconds;
     /* The drafter's time per unit of its work (a context token to catch up on, or a proposal), decayed. */
@@ -410,9 +415,10 @@ static int cmp_double(const void *a, const void *b) {
  * the prior while they are few). */
 static double verify_cost(const sy_speculator *sp) {
     double v[SY_SPEC_PAIRS + SY_SPEC_PRIOR_PAIRS];
-    uint32_t n = sp->n_pairs;
-    memcpy(v, sp->pair_cost, n * sizeof *v);
-    for (uint32_t i = n; i < SY_SPEC_PRIOR_PAIRS; i++) v[n++] = SY_SPEC_PRIOR_COST;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < sp->n_pairs; i++)
+        if (sp->calls - sp->pair_call[i] <= SY_SPEC_PAIR_LIFE) v[n++] = sp->pair_cost[i];
+    while (n < SY_SPEC_PRIOR_PAIRS) v[n++] = SY_SPEC_PRIOR_COST;
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -421,7 +427,10 @@ void sy_speculator_note_decode(sy_speculator *sp, uint32_t n_tokens, uint32_t n_
                                double seconds) {
     if (sp == NULL || prefill || n_items == 0 || n_tokens < n_items || !(seconds > 0) || seconds > 60) return;
     double t = seconds, m = (double)n_items, e = (double)(n_tokens - n_items);
-    if (sp->have_last && sp->last_m == m && sp->last_e != e) {
+    sp->calls++;
+    /* A pair tells the cost only when the proposals differ by a fair share: 7 against 8 drowns in the noise. */
+    double lo = e < sp->last_e ? e : sp->last_e, hi = e < sp->last_e ? sp->last_e : e;
+    if (sp->have_last && sp->last_m == m && hi - lo >= 1 && hi - lo >= hi / 4) {
         /* In the model den = u (e - last_e); the other sign means a time ratio beyond what any cost explains
          * (more than e / last_e): the most a pair may say. A negative figure (the longer call was faster) says 0. */
         double den = sp->last_t * e - t * sp->last_e, c = SY_SPEC_PAIR_MAX;
@@ -429,6 +438,7 @@ void sy_speculator_note_decode(sy_speculator *sp, uint32_t n_tokens, uint32_t n_
         if (!(c > 0)) c = 0;
         if (c > SY_SPEC_PAIR_MAX) c = SY_SPEC_PAIR_MAX;
         sp->pair_cost[sp->next_pair] = c;
+        sp->pair_call[sp->next_pair] = sp->calls;
         sp->next_pair = (sp->next_pair + 1) % SY_SPEC_PAIRS;
         if (sp->n_pairs < SY_SPEC_PAIRS) sp->n_pairs++;
     }

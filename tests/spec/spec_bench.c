@@ -287,20 +287,20 @@ static int cmd_decode(const bench_opts *o) {
         specs[i] = sy_speculator_open(&reg, spec_text, NULL, lm.info.n_vocab, NULL, 0, &so, err, sizeof err);
         if (specs[i] == NULL) die("%s", err);
     }
-    /* Each repetition runs the plain generation and one per rate side by side, a step of each in turn, so that
-     * the load of other processes falls on all of them alike; each one's time is the sum of its own steps. */
+    /* Each repetition runs the plain generation and one per rate side by side: the next step is always the one of
+     * the generation furthest behind (by share of its tokens done), so that all of them progress together and the
+     * load of other processes falls on all alike; each one's time is the sum of its own steps. */
     for (uint32_t rep = 0; rep < o->reps; rep++) {
         gen_state g[17];
         size_t n_g = n_pcts + 1;
         gen_start(&g[0], &lm, prompt, (uint32_t)n_prompt, o->n_new, NULL);
         for (size_t i = 0; i < n_pcts; i++) gen_start(&g[i + 1], &lm, prompt, (uint32_t)n_prompt, o->n_new, specs[i]);
-        for (bool busy = true; busy;) {
-            busy = false;
-            for (size_t i = 0; i < n_g; i++) {
-                if (g[i].done) continue;
-                gen_step(&g[i]);
-                busy = true;
-            }
+        for (;;) {
+            size_t next = n_g;
+            for (size_t i = 0; i < n_g; i++)
+                if (!g[i].done && (next == n_g || g[i].generated < g[next].generated)) next = i;
+            if (next == n_g) break;
+            gen_step(&g[next]);
         }
         for (size_t i = 0; i < n_g; i++) {
             gen_finish(&g[i]);

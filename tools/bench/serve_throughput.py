@@ -12,11 +12,15 @@ One model with `parallel` slots. For each concurrency c, c clients at once each 
   - end to end tok/s: all completion tokens / the time from the first request sent to the last stream's end
     (prefill and first-token latency included).
 
-The median over `--repeats` rounds is reported, with the speedup over one stream.
+The median over `--repeats` rounds is reported, with the speedup over one stream. With `--engine-batch-decode
+EXE` (tools/bench/engine_batch_decode.c, built by hand) the engine alone is measured right after, on the same
+file: one batched decode() call over 1, 2, 4, 8 sequences, without the server, so the scheduler's share shows.
 """
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -81,6 +85,7 @@ def main():
     ap.add_argument("--max-wait", type=float, default=1800, help="seconds to wait for that at most")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
+    ap.add_argument("--engine-batch-decode", help="the engine_batch_decode executable (see above)")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
 
@@ -113,6 +118,18 @@ def main():
         result["exit_status"] = srv.stop()
     result["load_after"] = sc.loadavg()
     print(f"load average after {result['load_after']}", flush=True)
+    if args.engine_batch_decode:
+        plugin_dir = args.plugin_dir or os.path.join(os.path.dirname(os.path.abspath(args.switchyard)), "..", "plugins")
+        out = subprocess.run([args.engine_batch_decode, plugin_dir, os.path.abspath(args.model), str(args.threads)],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError("engine_batch_decode failed:\n" + out.stderr[-2000:])
+        result["engine_alone_tok_s"] = {int(m.group(1)): float(m.group(2)) for m in
+                                        re.finditer(r"batch (\d+): [0-9.]+ ms per step, ([0-9.]+) tok/s", out.stdout)}
+        result["load_after_engine"] = sc.loadavg()
+        print("engine alone (one batched decode call): " + ", ".join(
+            f"{b}: {v:.1f} tok/s" for b, v in sorted(result["engine_alone_tok_s"].items())) +
+            f"; load average after {result['load_after_engine']}", flush=True)
     base = result["levels"].get(1)
     if base:
         for c, level in result["levels"].items():
@@ -139,8 +156,14 @@ def plot(result, path):
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     ax.plot(levels, steady, "o-", label="decode, all streams decoding")
     ax.plot(levels, e2e, "s--", label="end to end (prefill included)")
+    engine = result.get("engine_alone_tok_s") or {}
+    if engine:
+        ks = sorted(engine)
+        ax.plot(ks, [engine[k] for k in ks], "^-.", color="tab:green", label="engine alone, one batched decode call")
     ax.plot(levels, [steady[0] * c for c in levels], ":", color="gray", label="linear in the single stream")
-    ax.axhline(2.5 * steady[0], color="tab:red", lw=0.8, ls="-.", label="target at 4: 2.5 × single stream")
+    if 4 in levels:
+        ax.plot([4], [2.5 * steady[0]], marker="_", markersize=28, mew=2, color="tab:red", ls="none",
+                label="target at 4: 2.5 × single stream")
     for c, v in zip(levels, steady):
         ax.annotate(f"{v:.1f}", (c, v), textcoords="offset points", xytext=(4, -12), fontsize=8)
     ax.set_xscale("log", base=2)
@@ -148,7 +171,7 @@ def plot(result, path):
     ax.set_xticklabels([str(c) for c in levels])
     ax.set_xlabel("concurrent streams (parallel = %d slots)" % result["parallel"])
     ax.set_ylabel("aggregate tokens / s")
-    ax.set_ylim(0, max(max(steady), max(e2e)) * 1.35)
+    ax.set_ylim(0, max(max(steady), max(e2e), max(engine.values(), default=0)) * 1.35)
     ax.set_title("switchyard serve, 0.5B Q4_K_M (random weights), %d threads" % result["threads"], fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
