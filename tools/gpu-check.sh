@@ -2,7 +2,8 @@
 # tools/gpu-check.sh — everything that needs an NVIDIA GPU, in one go (under 8 minutes on an H100/H200):
 #   1. configure and build the lfm2-cuda plugin, its tests and the benchmark (Release, all cores);
 #   2. run the GPU test label (ctest -L gpu): every kernel against a CPU reference, the whole model against
-#      transformers' logits on tests/fixtures/hf/lfm2-f32, plus the lfm2 tests that need no GPU;
+#      transformers' logits on tests/fixtures/hf/lfm2-f32, snapshots of its state (save, restore, continue), plus
+#      the lfm2 tests that need no GPU;
 #   3. benchmark LFM2-1.2B-shaped synthetic BF16 weights: decode ms/token at batch 1 against the memory-bandwidth
 #      floor, aggregate tok/s at batch 1, 8, 64, prefill tok/s at 512 and 4096 tokens;
 # and prints a short summary table last. Exit status: non-zero when a step failed.
@@ -45,7 +46,7 @@ if [ ! -d "$BUILD/plugins/lfm2-cuda" ]; then
     exit 1
 fi
 step "build" 300 cmake --build "$BUILD" -j "$JOBS" --target gguf-quant lfm2-cuda lfm2-cpu lfm2-cuda-plugin \
-    lfm2-cuda-model lfm2-cuda-kernels lfm2-cuda-bench || exit 1
+    lfm2-cuda-model lfm2-cuda-kernels lfm2-cuda-state lfm2-cuda-bench || exit 1
 
 # Skipped tests count as failures here: on this machine they must run.
 GPU_TESTS_OUT="$BUILD/gpu-tests.txt"

@@ -10,8 +10,9 @@
  * seeded uniform values of the config's shapes, generated on the device (option seed=N); there is no tokenizer then
  * (tokenize refuses; decode takes token ids).
  *
- * Interfaces: sy.engine/1 and sy.engine.sampling/1 (greedy sampling runs as an on-device argmax, so only token ids
- * cross the bus; other sampling copies the rows and samples on the host).
+ * Interfaces: sy.engine/1, sy.engine.sampling/1 (greedy sampling runs as an on-device argmax, so only token ids
+ * cross the bus; other sampling copies the rows and samples on the host) and sy.engine.state/1 (snapshots: KV and
+ * conv state streamed through a bounded pinned buffer; layout in lfm2_cuda_engine.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -575,6 +576,57 @@ static sy_status lc_decode_sample(sy_model *m, const sy_decode_batch *batch, con
     return st;
 }
 
+/* ---- state (snapshots) ---- */
+
+static sy_status lc_state_info(const sy_model *m, sy_state_info *out) {
+    if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return fail(SY_ERR_INVALID_ARGUMENT, "state_info: bad arguments");
+    lc_state_shape sh;
+    lc_state_shape_of(m->engine, &sh);
+    sy_state_info info = {
+        .struct_size = out->struct_size,
+        .layout = LC_STATE_LAYOUT,
+        .element_size = LC_STATE_ELEMENT_SIZE,
+        .kv_bytes_per_token = sh.kv_bytes_per_token,
+        .recurrent_bytes = sh.recurrent_bytes,
+    };
+    memcpy(out, &info, out->struct_size < sizeof info ? out->struct_size : sizeof info);
+    return SY_OK;
+}
+
+static uint64_t lc_state_chunk_bytes(const sy_model *m, uint32_t n_positions) {
+    if (m == NULL) return 0;
+    lc_state_shape sh;
+    lc_state_shape_of(m->engine, &sh);
+    if (n_positions > 0 && sh.kv_bytes_per_token > (UINT64_MAX - sh.recurrent_bytes) / n_positions)
+        return UINT64_MAX; /* matches no real chunk */
+    return (uint64_t)n_positions * sh.kv_bytes_per_token + sh.recurrent_bytes;
+}
+
+static sy_status lc_state_save_chunk(sy_model *m, const sy_seq *seq, uint32_t begin, uint32_t end,
+                                     const sy_state_writer *writer) {
+    if (m == NULL || seq == NULL || !SY_HAS_FIELD(writer, sy_state_writer, write) || writer->write == NULL)
+        return fail(SY_ERR_INVALID_ARGUMENT, "state_save_chunk: bad arguments");
+    char err[400];
+    sy_status st = lc_state_save(m->engine, seq->slot, begin, end, writer->write, writer->user, err, sizeof err);
+    return st == SY_OK ? SY_OK : fail(st, "state_save_chunk: %s", err);
+}
+
+static sy_status lc_state_load_chunk(sy_model *m, sy_seq *seq, uint32_t begin, uint32_t end, const int32_t *tokens,
+                                     const sy_state_reader *reader) {
+    if (m == NULL || seq == NULL || !SY_HAS_FIELD(reader, sy_state_reader, read) || reader->read == NULL)
+        return fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: bad arguments");
+    if (tokens == NULL && end > begin) return fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: no token ids");
+    /* the ids are not kept (the KV stands for them), but ids this model cannot have mean a foreign snapshot */
+    for (uint32_t i = 0; end > begin && i < end - begin; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.vocab_size)
+            return fail(SY_ERR_INVALID_ARGUMENT, "state_load_chunk: token %ld at %u is outside the vocabulary of %u",
+                        (long)tokens[i], begin + i, m->cfg.vocab_size);
+    char err[400];
+    sy_status st = lc_state_load(m->engine, seq->slot, begin, end, reader->read, reader->user, err, sizeof err);
+    return st == SY_OK ? SY_OK : fail(st, "state_load_chunk: %s", err);
+}
+
 static const char *lc_error_message(void) { return error_text; }
 
 static const sy_engine_api engine_api = {
@@ -601,6 +653,14 @@ static const sy_engine_sampling_api sampling_api = {
     .decode_sample = lc_decode_sample,
 };
 
+static const sy_engine_state_api state_api = {
+    .struct_size = sizeof(sy_engine_state_api),
+    .state_info = lc_state_info,
+    .state_chunk_bytes = lc_state_chunk_bytes,
+    .state_save_chunk = lc_state_save_chunk,
+    .state_load_chunk = lc_state_load_chunk,
+};
+
 /* No CUDA call here: the plugin loads (and is listed) on machines without a GPU; load says why it cannot run. */
 static sy_status lc_init(const sy_host_api *h) {
     host = h;
@@ -612,6 +672,7 @@ static void lc_deinit(void) { host = NULL; }
 static const void *lc_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_SAMPLING_INTERFACE_ID) == 0) return &sampling_api;
+    if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &state_api;
     return NULL;
 }
 

@@ -33,6 +33,7 @@
 #define ALIGN 256
 #define STAGING_BYTES (16u << 20)      /* host buffer converting checkpoint tensors to BF16, piece by piece */
 #define KV_RESERVE_BYTES (512ull << 20) /* left free when sizing the KV cache from free memory */
+#define STATE_STAGING_BYTES (2u << 20)  /* KV blocks per state transfer: about this many bytes (at least one block) */
 
 typedef struct layer_w {
     bool conv;
@@ -118,6 +119,12 @@ struct lc_engine {
     bool graphs_off;
     _Atomic uint64_t kv_used;
     uint64_t weight_bytes;
+
+    /* state transfers (pinned, allocated by the first state call): whole KV blocks (or the conv state) in
+     * state_blocks, the same positions in chunk layout in state_chunk */
+    uint8_t *state_host;
+    uint8_t *state_blocks, *state_chunk;
+    uint32_t state_group; /* blocks per transfer */
 };
 
 static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -574,6 +581,7 @@ void lc_engine_destroy(lc_engine *e) {
     if (e->small_host) cudaFreeHost(e->small_host);
     if (e->argmax_host) cudaFreeHost(e->argmax_host);
     if (e->page_host) cudaFreeHost(e->page_host);
+    if (e->state_host) cudaFreeHost(e->state_host);
     if (e->weights_mem) cudaFree(e->weights_mem);
     if (e->state_mem) cudaFree(e->state_mem);
     if (e->kv_mem) cudaFree(e->kv_mem);
@@ -1187,5 +1195,324 @@ done:
     update_kv_used(e);
     free(outs);
     free(segs);
+    return st;
+}
+
+/* ---- state (snapshots): see lfm2_cuda_engine.h for the chunk layout ---- */
+
+void lc_state_shape_of(const lc_engine *e, lc_state_shape *out) {
+    out->kv_bytes_per_token = 2ull * (uint64_t)e->n_attn * (uint64_t)e->n_kv * (uint64_t)e->hd * sizeof(lc_bf16);
+    out->recurrent_bytes = (uint64_t)e->n_conv * (uint64_t)(e->L - 1) * (uint64_t)e->n * sizeof(float);
+}
+
+/* The pinned staging of state transfers, once: a group of whole KV blocks as they lie on the device (also used for
+ * the conv state) and the same positions in chunk layout. A block of 16 positions is 16 positions' chunk bytes. */
+static bool state_staging(lc_engine *e, char *err, size_t err_size) {
+    if (e->state_host) return true;
+    lc_state_shape sh;
+    lc_state_shape_of(e, &sh);
+    uint64_t group = STATE_STAGING_BYTES / e->block_bytes;
+    if (group < 1) group = 1;
+    if (group > (uint64_t)e->max_blocks) group = (uint64_t)e->max_blocks;
+    uint64_t blocks_bytes = group * e->block_bytes;
+    if (blocks_bytes < sh.recurrent_bytes) blocks_bytes = sh.recurrent_bytes;
+    blocks_bytes = align_up((size_t)blocks_bytes);
+    uint64_t chunk_bytes = group * LC_KV_BLOCK * sh.kv_bytes_per_token;
+    void *p = NULL;
+    if (!ck(cudaMallocHost(&p, (size_t)(blocks_bytes + chunk_bytes)), "cudaMallocHost (state staging)", err,
+            err_size)) {
+        cudaGetLastError(); /* reported in err; the next launch's check starts clean */
+        return false;
+    }
+    e->state_host = p;
+    e->state_blocks = e->state_host;
+    e->state_chunk = e->state_host + blocks_bytes;
+    e->state_group = (uint32_t)group;
+    return true;
+}
+
+/* Positions [pb, pe) between chunk layout (chunk: [position][attention layer][K, V][kv head][hd]) and the staged
+ * blocks of the group starting at the sequence's block jb (blocks: [block][pool][kv head][LC_KV_BLOCK][hd], pool
+ * 2a K and 2a+1 V of attention layer a, as on the device). */
+static void kv_transpose(const lc_engine *e, lc_bf16 *blocks, lc_bf16 *chunk, uint32_t jb, uint32_t pb, uint32_t pe,
+                         bool to_chunk) {
+    const size_t hd = (size_t)e->hd, n_kv = (size_t)e->n_kv, n_pools = 2 * (size_t)e->n_attn;
+    const size_t per_position = n_pools * n_kv * hd;
+    for (uint32_t p = pb; p < pe; p++) {
+        const size_t blk = p / LC_KV_BLOCK - jb, o = p % LC_KV_BLOCK;
+        lc_bf16 *row = chunk + (size_t)(p - pb) * per_position;
+        for (size_t pool = 0; pool < n_pools; pool++) {
+            for (size_t h = 0; h < n_kv; h++) {
+                lc_bf16 *b = blocks + (blk * n_pools + pool) * e->block_elems + (h * LC_KV_BLOCK + o) * hd;
+                lc_bf16 *c = row + (pool * n_kv + h) * hd;
+                memcpy(to_chunk ? c : b, to_chunk ? b : c, hd * sizeof(lc_bf16));
+            }
+        }
+    }
+}
+
+/* Block j of the staged group, pool `pool`. */
+static lc_bf16 *staged_block(const lc_engine *e, uint32_t j, int32_t pool) {
+    return (lc_bf16 *)(void *)e->state_blocks + ((size_t)j * 2 * (size_t)e->n_attn + (size_t)pool) * e->block_elems;
+}
+
+/* Device ring row of position p (>= 0) of conv layer c in a slot's committed state. */
+static float *conv_row(const lc_engine *e, int32_t slot, int32_t c, uint32_t p) {
+    return e->conv.committed + (size_t)slot * e->conv.slot_stride +
+           ((size_t)c * (size_t)e->ring + p % (uint32_t)e->ring) * (size_t)e->n;
+}
+
+/* The conv inputs of positions [end - (L-1), end) are still in the ring (the CPU core's rule). */
+static bool conv_state_held(const lc_engine *e, const seq_state *s, uint32_t end) {
+    if (e->n_conv == 0) return true;
+    uint32_t hist = (uint32_t)e->L - 1, need_from = end >= hist ? end - hist : 0;
+    return need_from >= s->len - s->held;
+}
+
+sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_write_fn write_fn,
+                        void *ctx, char *err, size_t err_size) {
+    if (!valid_slot(e, slot)) {
+        set_error(err, err_size, "no such sequence");
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    const seq_state *s = &e->seqs[slot];
+    if (begin >= end || end > s->len) {
+        set_error(err, err_size, "chunk [%u, %u) is not inside the %u tokens held", begin, end, s->len);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    if (!conv_state_held(e, s, end)) {
+        set_error(err, err_size, "the conv state after %u of %u tokens is no longer held", end, s->len);
+        return SY_ERR_UNSUPPORTED;
+    }
+    if (!ck(cudaSetDevice(e->opt.device), "cudaSetDevice", err, err_size)) return SY_ERR_INTERNAL;
+    if (!state_staging(e, err, err_size)) return SY_ERR_OUT_OF_MEMORY;
+    lc_state_shape sh;
+    lc_state_shape_of(e, &sh);
+    const int32_t *row = page_row(e, slot);
+    const int32_t n_pools = 2 * e->n_attn;
+    const size_t block_pool_bytes = e->block_elems * sizeof(lc_bf16);
+    const uint32_t last_block = (end - 1) / LC_KV_BLOCK;
+    if (last_block >= s->n_blocks) { /* every held position has its block; checked rather than trusted */
+        set_error(err, err_size, "internal: position %u has no KV block (%u blocks)", end - 1, s->n_blocks);
+        return SY_ERR_INTERNAL;
+    }
+    for (uint32_t jb = begin / LC_KV_BLOCK; jb <= last_block; jb += e->state_group) {
+        uint32_t je = last_block + 1 - jb < e->state_group ? last_block + 1 : jb + e->state_group;
+        for (uint32_t j = jb; j < je; j++)
+            for (int32_t pool = 0; pool < n_pools; pool++)
+                if (!ck(cudaMemcpyAsync(staged_block(e, j - jb, pool),
+                                        e->pools_host[pool] + (size_t)row[j] * e->block_elems, block_pool_bytes,
+                                        cudaMemcpyDeviceToHost, e->stream),
+                        "cudaMemcpyAsync (KV block to the host)", err, err_size))
+                    goto cuda_failed;
+        /* the bytes are complete before the host sees them */
+        if (!ck(cudaStreamSynchronize(e->stream), "state save (KV)", err, err_size)) goto cuda_failed;
+        uint32_t pb = begin > jb * LC_KV_BLOCK ? begin : jb * LC_KV_BLOCK;
+        uint32_t pe = end < je * LC_KV_BLOCK ? end : je * LC_KV_BLOCK;
+        kv_transpose(e, (lc_bf16 *)(void *)e->state_blocks, (lc_bf16 *)(void *)e->state_chunk, jb, pb, pe, true);
+        sy_status st = write_fn(ctx, e->state_chunk, (size_t)(pe - pb) * (size_t)sh.kv_bytes_per_token);
+        if (st != SY_OK) {
+            set_error(err, err_size, "the host's writer failed (status %d)", (int)st);
+            return st;
+        }
+    }
+    if (e->n_conv == 0) return SY_OK;
+    const uint32_t hist = (uint32_t)e->L - 1;
+    const size_t n = (size_t)e->n;
+    float *conv = (float *)(void *)e->state_blocks;
+    for (int32_t c = 0; c < e->n_conv; c++) {
+        for (uint32_t j = 0; j < hist; j++) {
+            float *dst = conv + ((size_t)c * hist + j) * n;
+            if (end + j < hist) { /* before position 0 */
+                memset(dst, 0, n * sizeof(float));
+                continue;
+            }
+            if (!ck(cudaMemcpyAsync(dst, conv_row(e, slot, c, end + j - hist), n * sizeof(float),
+                                    cudaMemcpyDeviceToHost, e->stream),
+                    "cudaMemcpyAsync (conv state to the host)", err, err_size))
+                goto cuda_failed;
+        }
+    }
+    if (!ck(cudaStreamSynchronize(e->stream), "state save (conv state)", err, err_size)) goto cuda_failed;
+    sy_status st = write_fn(ctx, conv, (size_t)sh.recurrent_bytes);
+    if (st != SY_OK) set_error(err, err_size, "the host's writer failed (status %d)", (int)st);
+    return st;
+
+cuda_failed: /* the message is set; nothing of this call stays queued, and the next launch's check starts clean */
+    cudaStreamSynchronize(e->stream);
+    cudaGetLastError();
+    return SY_ERR_INTERNAL;
+}
+
+/* Index of the first BF16 value that is Inf or NaN (all exponent bits set), or n. */
+static size_t first_nonfinite_bf16(const lc_bf16 *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & 0x7F80u) == 0x7F80u) return i;
+    return n;
+}
+
+sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_read_fn read_fn, void *ctx,
+                        char *err, size_t err_size) {
+    if (!valid_slot(e, slot)) {
+        set_error(err, err_size, "no such sequence");
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    seq_state *s = &e->seqs[slot];
+    if (begin != s->len) {
+        set_error(err, err_size, "the chunk begins at %u but the sequence holds %u tokens", begin, s->len);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    if (begin >= end) {
+        set_error(err, err_size, "empty chunk [%u, %u)", begin, end);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    if (end > e->opt.n_ctx) {
+        set_error(err, err_size, "the chunk [%u, %u) passes the context size %u", begin, end, e->opt.n_ctx);
+        return SY_ERR_CONTEXT_FULL;
+    }
+    if (!ck(cudaSetDevice(e->opt.device), "cudaSetDevice", err, err_size)) return SY_ERR_INTERNAL;
+    if (!state_staging(e, err, err_size)) return SY_ERR_OUT_OF_MEMORY;
+    lc_state_shape sh;
+    lc_state_shape_of(e, &sh);
+    const int32_t n_pools = 2 * e->n_attn;
+    const size_t block_pool_bytes = e->block_elems * sizeof(lc_bf16);
+    sy_status st = SY_OK;
+
+    /* blocks: the sequence's own (none past its tokens), a private copy of a shared, partly filled last block, and
+     * new ones up to end; undone on failure */
+    release_blocks(e, slot, (begin + LC_KV_BLOCK - 1) / LC_KV_BLOCK);
+    int32_t *row = page_row(e, slot);
+    const uint32_t old_blocks = s->n_blocks, need = (end + LC_KV_BLOCK - 1) / LC_KV_BLOCK;
+    const uint32_t j0 = begin / LC_KV_BLOCK;
+    int32_t shared_src = -1; /* the shared block whose positions before begin the copy at row[j0] starts from */
+    uint32_t first_changed = old_blocks;
+    if (begin % LC_KV_BLOCK != 0 && j0 < old_blocks && e->block_ref[row[j0]] > 1) {
+        int32_t b = block_alloc(e);
+        if (b < 0) goto full;
+        shared_src = row[j0];
+        row[j0] = b;
+        first_changed = j0;
+    }
+    for (uint32_t j = old_blocks; j < need; j++) {
+        int32_t b = block_alloc(e);
+        if (b < 0) goto full;
+        row[j] = b;
+        s->n_blocks = j + 1;
+    }
+
+    /* KV, a group of blocks at a time: chunk bytes from the reader, checked, laid out as blocks, uploaded */
+    for (uint32_t jb = j0; jb < need; jb += e->state_group) {
+        uint32_t je = need - jb < e->state_group ? need : jb + e->state_group;
+        uint32_t pb = begin > jb * LC_KV_BLOCK ? begin : jb * LC_KV_BLOCK;
+        uint32_t pe = end < je * LC_KV_BLOCK ? end : je * LC_KV_BLOCK;
+        if (jb * LC_KV_BLOCK < begin) { /* the partly filled block: its positions before begin stay as they are */
+            int32_t src = shared_src >= 0 ? shared_src : row[jb];
+            for (int32_t pool = 0; pool < n_pools; pool++)
+                if (!ck(cudaMemcpyAsync(staged_block(e, 0, pool), e->pools_host[pool] + (size_t)src * e->block_elems,
+                                        block_pool_bytes, cudaMemcpyDeviceToHost, e->stream),
+                        "cudaMemcpyAsync (KV block to the host)", err, err_size)) {
+                    st = SY_ERR_INTERNAL;
+                    goto undo;
+                }
+            if (!ck(cudaStreamSynchronize(e->stream), "state load (partly filled block)", err, err_size)) {
+                st = SY_ERR_INTERNAL;
+                goto undo;
+            }
+        }
+        size_t bytes = (size_t)(pe - pb) * (size_t)sh.kv_bytes_per_token;
+        st = read_fn(ctx, e->state_chunk, bytes);
+        if (st != SY_OK) {
+            set_error(err, err_size, "the host's reader failed (status %d) at the KV of positions [%u, %u)", (int)st,
+                      pb, pe);
+            goto undo;
+        }
+        size_t bad = first_nonfinite_bf16((const lc_bf16 *)(const void *)e->state_chunk, bytes / sizeof(lc_bf16));
+        if (bad < bytes / sizeof(lc_bf16)) {
+            set_error(err, err_size, "a K/V value of position %llu is not finite",
+                      (unsigned long long)(pb + bad / (sh.kv_bytes_per_token / sizeof(lc_bf16))));
+            st = SY_ERR_INVALID_ARGUMENT;
+            goto undo;
+        }
+        kv_transpose(e, (lc_bf16 *)(void *)e->state_blocks, (lc_bf16 *)(void *)e->state_chunk, jb, pb, pe, false);
+        for (uint32_t j = jb; j < je; j++)
+            for (int32_t pool = 0; pool < n_pools; pool++)
+                if (!ck(cudaMemcpyAsync(e->pools_host[pool] + (size_t)row[j] * e->block_elems,
+                                        staged_block(e, j - jb, pool), block_pool_bytes, cudaMemcpyHostToDevice,
+                                        e->stream),
+                        "cudaMemcpyAsync (KV block to the device)", err, err_size)) {
+                    st = SY_ERR_INTERNAL;
+                    goto undo;
+                }
+        /* the staging is free again before the next group is laid out in it */
+        if (!ck(cudaStreamSynchronize(e->stream), "state load (KV)", err, err_size)) {
+            st = SY_ERR_INTERNAL;
+            goto undo;
+        }
+    }
+
+    /* conv state: read and checked whole before any of it reaches the ring */
+    if (e->n_conv > 0) {
+        float *conv = (float *)(void *)e->state_blocks;
+        const uint32_t hist = (uint32_t)e->L - 1;
+        const size_t n = (size_t)e->n, n_floats = (size_t)sh.recurrent_bytes / sizeof(float);
+        st = read_fn(ctx, conv, (size_t)sh.recurrent_bytes);
+        if (st != SY_OK) {
+            set_error(err, err_size, "the host's reader failed (status %d) at the conv state", (int)st);
+            goto undo;
+        }
+        for (size_t i = 0; i < n_floats; i++) {
+            if (!isfinite(conv[i])) {
+                set_error(err, err_size, "conv state value %zu is not finite", i);
+                st = SY_ERR_INVALID_ARGUMENT;
+                goto undo;
+            }
+        }
+        for (int32_t c = 0; c < e->n_conv; c++) {
+            for (uint32_t j = 0; j < hist; j++) {
+                if (end + j < hist) continue; /* before position 0: never read */
+                if (!ck(cudaMemcpyAsync(conv_row(e, slot, c, end + j - hist), conv + ((size_t)c * hist + j) * n,
+                                        n * sizeof(float), cudaMemcpyHostToDevice, e->stream),
+                        "cudaMemcpyAsync (conv state to the device)", err, err_size)) {
+                    st = SY_ERR_INTERNAL;
+                    goto undo;
+                }
+            }
+        }
+    }
+    /* the page table row from the first changed block on */
+    if (need > first_changed &&
+        !ck(cudaMemcpyAsync(e->page_dev + (size_t)slot * (size_t)e->max_blocks + first_changed, row + first_changed,
+                            (need - first_changed) * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream),
+            "cudaMemcpyAsync (page table)", err, err_size)) {
+        st = SY_ERR_INTERNAL;
+        goto undo;
+    }
+    if (!ck(cudaStreamSynchronize(e->stream), "state load", err, err_size)) {
+        st = SY_ERR_INTERNAL;
+        goto undo;
+    }
+    if (shared_src >= 0) block_release(e, shared_src);
+    s->len = end;
+    /* only the conv inputs of the chunk's last L-1 positions are known */
+    s->held = end < (uint32_t)e->L - 1 ? end : (uint32_t)e->L - 1;
+    update_kv_used(e);
+    return SY_OK;
+
+full:
+    set_error(err, err_size, "the KV cache is full (%d blocks of %d positions; option kv_cache_mb)", e->n_blocks,
+              LC_KV_BLOCK);
+    st = SY_ERR_OUT_OF_MEMORY;
+undo:
+    cudaStreamSynchronize(e->stream); /* nothing of this call runs after it returns (an error here is already set) */
+    if (shared_src >= 0) {
+        block_release(e, row[j0]);
+        row[j0] = shared_src;
+        /* in case the page table upload ran before a later step failed (its error, if any, is already set) */
+        cudaMemcpy(e->page_dev + (size_t)slot * (size_t)e->max_blocks + j0, row + j0, sizeof(int32_t),
+                   cudaMemcpyHostToDevice);
+    }
+    cudaGetLastError(); /* a CUDA failure is reported in err; the next launch's check starts clean */
+    release_blocks(e, slot, old_blocks);
+    update_kv_used(e);
     return st;
 }

@@ -89,4 +89,34 @@ typedef int (*lc_cancel_fn)(void *ctx);
 sy_status lc_decode(lc_engine *e, const lc_item *items, size_t n_items, int32_t *tokens_out, lc_cancel_fn cancel,
                     void *cancel_ctx, char *err, size_t err_size);
 
+/* ---- state: the chunks of the engine ABI's "sy.engine.state/1" ----
+ * A chunk [begin, end) is, for each position in order, K then V of every attention layer in layer order (n_kv * hd
+ * BF16 each, kv heads in order), followed by the conv state after position end - 1: for each conv layer in layer
+ * order the conv inputs of positions end - (L-1) .. end - 1 (n_embd F32 each, zeros before position 0) — the CPU
+ * core's layout with BF16 KV. Bytes pass through a pinned staging buffer of bounded size (allocated on the first
+ * state call), a group of KV blocks at a time, never a whole sequence. */
+#define LC_STATE_LAYOUT "lfm2-cuda-kv-bf16-conv-f32-v1"
+#define LC_STATE_ELEMENT_SIZE 2 /* BF16 KV */
+
+typedef struct lc_state_shape {
+    uint64_t kv_bytes_per_token; /* 2 * n_attention_layers * n_kv * hd * 2 */
+    uint64_t recurrent_bytes;    /* n_conv_layers * (L-1) * n_embd * 4 */
+} lc_state_shape;
+void lc_state_shape_of(const lc_engine *e, lc_state_shape *out); /* any thread: immutable facts */
+
+/* The host's stream callbacks (sy_state_writer.write / sy_state_reader.read); a failure status is passed back. */
+typedef sy_status (*lc_state_write_fn)(void *ctx, const void *data, size_t len);
+typedef sy_status (*lc_state_read_fn)(void *ctx, void *data, size_t len);
+
+/* Writes the chunk [begin, end) of a sequence (end <= its length). SY_ERR_INVALID_ARGUMENT for a chunk outside the
+ * sequence; SY_ERR_UNSUPPORTED when the conv state after end - 1 is no longer held (the sequence keeps conv inputs
+ * of only its last LC_ROLLBACK + L - 1 positions, or fewer after a restore or a rollback). */
+sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_write_fn write_fn,
+                        void *ctx, char *err, size_t err_size);
+/* Appends the chunk [begin, end) to a sequence holding exactly begin tokens, reading exactly its bytes. The
+ * sequence's conv state is then known only at end (it cannot roll back, except to 0). On failure the sequence
+ * still holds its begin tokens (a CUDA failure while the conv state is written can leave it unusable: free it). */
+sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_read_fn read_fn, void *ctx,
+                        char *err, size_t err_size);
+
 #endif

@@ -26,6 +26,10 @@ static void test_entry_and_interfaces(void **state) {
     (void)state;
     assert_string_equal(lct_entry->name, "lfm2-cuda");
     assert_non_null(lct_entry->get_interface(SY_ENGINE_SAMPLING_INTERFACE_ID));
+    const sy_engine_state_api *state_api = lct_entry->get_interface(SY_ENGINE_STATE_INTERFACE_ID);
+    assert_non_null(state_api);
+    assert_true(SY_HAS_FIELD(state_api, sy_engine_state_api, state_load_chunk) && state_api->state_info &&
+                state_api->state_chunk_bytes && state_api->state_save_chunk && state_api->state_load_chunk);
     assert_null(lct_entry->get_interface("sy.engine/2"));
     assert_true(lct_api->struct_size >= offsetof(sy_engine_api, memory_usage) + sizeof(void *));
 }
