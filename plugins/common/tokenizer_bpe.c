@@ -900,11 +900,28 @@ void sy_bpe_builder_free(sy_bpe_builder *b) {
     free(b);
 }
 
-/* Grows an id table to hold n entries without rehashing later. */
+/* Grows an id table to hold n entries without rehashing later: one allocation of the final size. */
 static bool id_table_reserve(id_table *t, size_t n) {
-    while (n * 4 > (t->mask + 1) * 3)
-        if (!id_table_grow(t))
+    size_t cap = t->mask + 1;
+    while (n * 4 > cap * 3) {
+        if (cap > ((size_t)1 << 30))
             return false;
+        cap *= 2;
+    }
+    if (cap == t->mask + 1)
+        return true;
+    if (t->count > 0) {
+        while (t->mask + 1 < cap)
+            if (!id_table_grow(t))
+                return false;
+        return true;
+    }
+    id_slot *slots = calloc(cap, sizeof(id_slot));
+    if (slots == NULL)
+        return false;
+    free(t->slots);
+    t->slots = slots;
+    t->mask = cap - 1;
     return true;
 }
 
@@ -1015,20 +1032,22 @@ static bool merge_commit(sy_bpe_builder *b, const char *left, size_t left_len, c
                       : show_text(shown, sizeof shown, right, right_len));
         return false;
     }
-    b->scratch.len = 0;
-    if (!sb_append(&b->scratch, left, left_len) || !sb_append(&b->scratch, right, right_len)) {
-        set_err(err, err_size, "out of memory");
-        return false;
-    }
     /* Vocabularies trained by BPE number their tokens in merge order, so the merged token is usually the id
      * after the previous merge's result: checking that first keeps these lookups sequential instead of a cache
-     * miss each. The hash table decides whenever the guess is wrong. */
+     * miss each (and needs no joined copy). The hash table decides whenever the guess is wrong. */
     int32_t m = -1;
     int32_t guess = b->last_merged + 1;
     if (b->last_merged >= 0 && (uint32_t)guess < t->n_vocab && (t->kind[guess] & KIND_VOCAB) &&
-        t->text.len[guess] == b->scratch.len &&
-        bytes_equal(t->text.arena + t->text.off[guess], b->scratch.data, b->scratch.len))
-        m = guess;
+        t->text.len[guess] == left_len + right_len) {
+        const char *g = t->text.arena + t->text.off[guess];
+        if (bytes_equal(g, left, left_len) && bytes_equal(g + left_len, right, right_len))
+            m = guess;
+    }
+    b->scratch.len = 0;
+    if (m < 0 && (!sb_append(&b->scratch, left, left_len) || !sb_append(&b->scratch, right, right_len))) {
+        set_err(err, err_size, "out of memory");
+        return false;
+    }
     if (m < 0)
         m = id_table_find(&t->vocab, &t->text, b->scratch.data, b->scratch.len);
     if (m < 0) {
@@ -1079,6 +1098,110 @@ bool sy_bpe_builder_add_merge_line(sy_bpe_builder *b, const char *line, size_t l
         return false;
     }
     return sy_bpe_builder_add_merge(b, line, left_len, line + left_len + 1, len - left_len - 1, err, err_size);
+}
+
+/* The bulk adders work in batches: the hash-table slots of a whole batch are prefetched before any is probed, so
+ * the cache misses of a 150k-entry table overlap instead of queueing one after another. */
+#define ADD_BATCH 64
+
+/* Vocabulary entries texts[i] with ids[i] (or first_id + i when ids is NULL). utf8_checked as for add_token. On
+ * failure *failed is the index of the entry that failed; the ones before it were added. */
+static bool add_tokens_batched(sy_bpe_builder *b, const char *const *texts, const size_t *lens, const int32_t *ids,
+                               int32_t first_id, size_t n, bool utf8_checked, size_t *failed, char *err,
+                               size_t err_size) {
+    uint64_t h[ADD_BATCH];
+    for (size_t start = 0; start < n; start += ADD_BATCH) {
+        size_t m = n - start < ADD_BATCH ? n - start : ADD_BATCH;
+        for (size_t i = 0; i < m; i++) {
+            h[i] = hash_bytes(texts[start + i], lens[start + i]);
+            id_table_prefetch(&b->t->vocab, h[i]);
+        }
+        for (size_t i = 0; i < m; i++) {
+            size_t k = start + i;
+            int64_t id = ids ? ids[k] : (int64_t)first_id + (int64_t)k;
+            if (id > INT32_MAX)
+                id = INT32_MAX; /* refused by add_token as out of range */
+            if (!add_token(b, texts[k], lens[k], (int32_t)id, utf8_checked, h[i], err, err_size)) {
+                *failed = k;
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* Merges lefts[i] + rights[i] in order (ranks follow). On failure *failed is the index that failed; the ones
+ * before it were added. */
+static bool add_merges_batched(sy_bpe_builder *b, const char *const *lefts, const size_t *left_lens,
+                               const char *const *rights, const size_t *right_lens, size_t n, size_t *failed,
+                               char *err, size_t err_size) {
+    const sy_bpe *t = b->t;
+    uint64_t hl[ADD_BATCH], hr[ADD_BATCH];
+    int32_t a[ADD_BATCH], c[ADD_BATCH];
+    for (size_t start = 0; start < n; start += ADD_BATCH) {
+        size_t m = n - start < ADD_BATCH ? n - start : ADD_BATCH;
+        for (size_t i = 0; i < m; i++) {
+            hl[i] = hash_bytes(lefts[start + i], left_lens[start + i]);
+            hr[i] = hash_bytes(rights[start + i], right_lens[start + i]);
+            id_table_prefetch(&t->vocab, hl[i]);
+            id_table_prefetch(&t->vocab, hr[i]);
+        }
+        for (size_t i = 0; i < m; i++) {
+            a[i] = id_table_find_h(&t->vocab, &t->text, lefts[start + i], left_lens[start + i], hl[i]);
+            c[i] = id_table_find_h(&t->vocab, &t->text, rights[start + i], right_lens[start + i], hr[i]);
+            if (a[i] >= 0 && c[i] >= 0)
+                __builtin_prefetch(&t->merges.slots[merge_hash(merge_key(a[i], c[i])) & t->merges.mask]);
+        }
+        for (size_t i = 0; i < m; i++) {
+            size_t k = start + i;
+            if (!merge_commit(b, lefts[k], left_lens[k], rights[k], right_lens[k], a[i], c[i], err, err_size)) {
+                *failed = k;
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+bool sy_bpe_builder_add_tokens(sy_bpe_builder *b, const char *const *texts, const size_t *lens, int32_t first_id,
+                               size_t n, char *err, size_t err_size) {
+    size_t failed;
+    return add_tokens_batched(b, texts, lens, NULL, first_id, n, false, &failed, err, err_size);
+}
+
+bool sy_bpe_builder_add_merge_lines(sy_bpe_builder *b, const char *const *lines, const size_t *lens, size_t n,
+                                    size_t *failed, char *err, size_t err_size) {
+    const char *lefts[ADD_BATCH], *rights[ADD_BATCH];
+    size_t left_lens[ADD_BATCH], right_lens[ADD_BATCH];
+    size_t failed_at = 0;
+    char shown[128];
+    for (size_t start = 0; start < n; start += ADD_BATCH) {
+        size_t m = n - start < ADD_BATCH ? n - start : ADD_BATCH, good = 0;
+        for (; good < m; good++) {
+            const char *line = lines[start + good];
+            size_t split, len = lens[start + good];
+            if (!split_merge_line(line, len, &split))
+                break;
+            lefts[good] = line;
+            left_lens[good] = split;
+            rights[good] = line + split + 1;
+            right_lens[good] = len - split - 1;
+        }
+        /* the lines before a malformed one are added first, so that an earlier error is the one reported */
+        if (!add_merges_batched(b, lefts, left_lens, rights, right_lens, good, &failed_at, err, err_size)) {
+            if (failed)
+                *failed = start + failed_at;
+            return false;
+        }
+        if (good < m) {
+            if (failed)
+                *failed = start + good;
+            set_err(err, err_size, "merge %s is not two tokens separated by one space",
+                    show_text(shown, sizeof shown, lines[start + good], lens[start + good]));
+            return false;
+        }
+    }
+    return true;
 }
 
 bool sy_bpe_builder_add_added_token(sy_bpe_builder *b, const sy_bpe_added_token *tok, char *err, size_t err_size) {
@@ -2759,18 +2882,16 @@ static const char *batch_text(const load_batch *lb, const text_ref *r) {
 }
 
 static bool flush_vocab(load_batch *lb, sy_bpe_builder *b, jscan *j) {
-    uint64_t h[LOAD_BATCH];
+    const char *texts[LOAD_BATCH];
+    size_t lens[LOAD_BATCH], failed;
     char inner[256];
     for (size_t i = 0; i < lb->n; i++) {
-        h[i] = hash_bytes(batch_text(lb, &lb->left[i]), lb->left[i].len);
-        id_table_prefetch(&b->t->vocab, h[i]);
+        texts[i] = batch_text(lb, &lb->left[i]);
+        lens[i] = lb->left[i].len;
     }
-    for (size_t i = 0; i < lb->n; i++) {
-        if (!add_token(b, batch_text(lb, &lb->left[i]), lb->left[i].len, lb->ids[i], true, h[i], inner,
-                       sizeof inner)) {
-            set_err(j->err, j->err_size, "model.vocab: %s", inner);
-            return false;
-        }
+    if (!add_tokens_batched(b, texts, lens, lb->ids, 0, lb->n, true, &failed, inner, sizeof inner)) {
+        set_err(j->err, j->err_size, "model.vocab: %s", inner);
+        return false;
     }
     lb->first_index += lb->n;
     lb->n = 0;
@@ -2779,28 +2900,18 @@ static bool flush_vocab(load_batch *lb, sy_bpe_builder *b, jscan *j) {
 }
 
 static bool flush_merges(load_batch *lb, sy_bpe_builder *b, jscan *j) {
-    const sy_bpe *t = b->t;
-    uint64_t hl[LOAD_BATCH], hr[LOAD_BATCH];
-    int32_t a[LOAD_BATCH], c[LOAD_BATCH];
+    const char *lefts[LOAD_BATCH], *rights[LOAD_BATCH];
+    size_t left_lens[LOAD_BATCH], right_lens[LOAD_BATCH], failed;
     char inner[400];
     for (size_t i = 0; i < lb->n; i++) {
-        hl[i] = hash_bytes(batch_text(lb, &lb->left[i]), lb->left[i].len);
-        hr[i] = hash_bytes(batch_text(lb, &lb->right[i]), lb->right[i].len);
-        id_table_prefetch(&t->vocab, hl[i]);
-        id_table_prefetch(&t->vocab, hr[i]);
+        lefts[i] = batch_text(lb, &lb->left[i]);
+        left_lens[i] = lb->left[i].len;
+        rights[i] = batch_text(lb, &lb->right[i]);
+        right_lens[i] = lb->right[i].len;
     }
-    for (size_t i = 0; i < lb->n; i++) {
-        a[i] = id_table_find_h(&t->vocab, &t->text, batch_text(lb, &lb->left[i]), lb->left[i].len, hl[i]);
-        c[i] = id_table_find_h(&t->vocab, &t->text, batch_text(lb, &lb->right[i]), lb->right[i].len, hr[i]);
-        if (a[i] >= 0 && c[i] >= 0)
-            __builtin_prefetch(&t->merges.slots[merge_hash(merge_key(a[i], c[i])) & t->merges.mask]);
-    }
-    for (size_t i = 0; i < lb->n; i++) {
-        if (!merge_commit(b, batch_text(lb, &lb->left[i]), lb->left[i].len, batch_text(lb, &lb->right[i]),
-                          lb->right[i].len, a[i], c[i], inner, sizeof inner)) {
-            set_err(j->err, j->err_size, "model.merges[%zu]: %s", lb->first_index + i, inner);
-            return false;
-        }
+    if (!add_merges_batched(b, lefts, left_lens, rights, right_lens, lb->n, &failed, inner, sizeof inner)) {
+        set_err(j->err, j->err_size, "model.merges[%zu]: %s", lb->first_index + failed, inner);
+        return false;
     }
     lb->first_index += lb->n;
     lb->n = 0;

@@ -104,6 +104,13 @@ bool sy_bpe_builder_add_merge(sy_bpe_builder *b, const char *left, size_t left_l
                               size_t right_len, char *err, size_t err_size);
 /* A merge written as "left right" (exactly one space), as GGUF and older tokenizer.json files store them. */
 bool sy_bpe_builder_add_merge_line(sy_bpe_builder *b, const char *line, size_t len, char *err, size_t err_size);
+/* Bulk forms of the two above for large vocabularies (about twice as fast: the hash-table lookups of a batch
+ * overlap). add_tokens gives texts[i] the id first_id + i. add_merge_lines adds lines in order; on failure
+ * *failed (when not NULL) is the index of the line that failed. Entries before a failing one stay added. */
+bool sy_bpe_builder_add_tokens(sy_bpe_builder *b, const char *const *texts, const size_t *lens, int32_t first_id,
+                               size_t n, char *err, size_t err_size);
+bool sy_bpe_builder_add_merge_lines(sy_bpe_builder *b, const char *const *lines, const size_t *lens, size_t n,
+                                    size_t *failed, char *err, size_t err_size);
 /* An added token. Its id may be a vocabulary id only when the vocabulary entry has the same text. */
 bool sy_bpe_builder_add_added_token(sy_bpe_builder *b, const sy_bpe_added_token *token, char *err,
                                     size_t err_size);

@@ -517,7 +517,10 @@ static sy_status gq_init(const sy_host_api *h) {
     return SY_OK;
 }
 
-static void gq_deinit(void) { sy_cpu_engine_deinit(); }
+static void gq_deinit(void) {
+    gq_vocab_drop_cached();
+    sy_cpu_engine_deinit();
+}
 
 static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;

@@ -5,7 +5,12 @@
  *                                 tokenizer.ggml.merges, control tokens as special added tokens and user-defined
  *                                 tokens as normal added tokens, BOS/EOS around the text when add_bos_token /
  *                                 add_eos_token say so.
- * Other models are refused, naming them. Built once at load; every call below may run concurrently. */
+ * Other models are refused, naming them. Built once at load; every call below may run concurrently.
+ *
+ * The built tokenizer comes from the plugin's tokenizer cache (tokenizer_cache.h), keyed by a hash of the
+ * tokenizer.ggml.* metadata: models sharing a vocabulary share one tokenizer, and loading one whose tokenizer is
+ * cached skips the build. For BPE the special ids and add_bos / add_eos are applied here, per model, so they do
+ * not split the cache. gq_vocab_free releases the reference. */
 #ifndef GQ_GGUF_VOCAB_H
 #define GQ_GGUF_VOCAB_H
 
@@ -22,6 +27,8 @@ typedef struct gq_vocab gq_vocab;
 /* NULL on failure, with *status (SY_ERR_UNSUPPORTED or SY_ERR_FORMAT) and one line in err. */
 gq_vocab *gq_vocab_from_gguf(const sy_gguf *g, sy_status *status, char *err, size_t err_size);
 void gq_vocab_free(gq_vocab *v);
+/* Frees the cached tokenizers no vocabulary holds any more (the plugin's deinit). */
+void gq_vocab_drop_cached(void);
 
 const char *gq_vocab_kind(const gq_vocab *v); /* "spm" or "bpe" */
 uint32_t gq_vocab_size(const gq_vocab *v);

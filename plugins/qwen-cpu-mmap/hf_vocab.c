@@ -7,14 +7,23 @@
 #include <sys/stat.h>
 
 #include "tokenizer_bpe.h"
+#include "tokenizer_cache.h"
 
 #define MAX_TEMPLATE_BYTES (1u << 20)
+#define MAX_TOKENIZER_JSON_BYTES ((size_t)1 << 30)
+/* Up to this many end-of-generation ids: config.json's and generation_config.json's EOS lists plus one. */
+#define MAX_EOG (2 * SY_HF_MAX_EOS + 1)
 
+/* The BPE comes from the plugin's tokenizer cache, keyed by a hash of the tokenizer.json bytes: checkpoints with
+ * the same tokenizer.json share it. What the other files say (end-of-generation ids) stays here, per model. */
 struct qm_vocab {
-    sy_bpe *bpe;
+    sy_tok_ref *ref;
+    const sy_bpe *bpe;
     uint32_t n_bpe;   /* ids the tokenizer knows: [0, n_bpe) */
     uint32_t n_model; /* rows of the embedding: [n_bpe, n_model) are unused */
     uint64_t bytes;   /* rough memory held */
+    int32_t eog[MAX_EOG];
+    size_t n_eog;
 };
 
 char *qm_path_in(const char *dir, const char *name) {
@@ -36,16 +45,50 @@ static int32_t token_id(const sy_bpe *bpe, const char *text) {
 
 static int32_t config_id(int64_t id, uint32_t n_model) { return id >= 0 && id < (int64_t)n_model ? (int32_t)id : -1; }
 
-/* Flags an end-of-generation id; ids past the tokenizer's (embedding padding) have no token to flag. */
+/* Notes an end-of-generation id; ids past the tokenizer's (embedding padding) and ids without a token have no
+ * token to flag. */
 static void mark_end(qm_vocab *v, int64_t id) {
-    if (id >= 0 && id < (int64_t)v->n_bpe) sy_bpe_set_token_flags(v->bpe, (int32_t)id, SY_TOKEN_END_OF_GENERATION);
+    if (id < 0 || id >= (int64_t)v->n_bpe || (sy_bpe_token_flags(v->bpe, (int32_t)id) & SY_TOKEN_UNUSED)) return;
+    for (size_t i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id) return;
+    if (v->n_eog < MAX_EOG) v->eog[v->n_eog++] = (int32_t)id;
 }
 
 static void vocab_free(void *p) {
     qm_vocab *v = p;
     if (v == NULL) return;
-    sy_bpe_free(v->bpe);
+    sy_tok_cache_release(v->ref);
     free(v);
+}
+
+void qm_vocab_drop_cached(void) { sy_tok_cache_drop_unused(sy_tok_cache_default()); }
+
+typedef struct json_source {
+    const char *path;
+    const char *data;
+    size_t len;
+} json_source;
+
+static void free_bpe(void *t) { sy_bpe_free(t); }
+
+static void *build_bpe(void *ctx, char *err, size_t err_size) {
+    const json_source *src = ctx;
+    char inner[512];
+    sy_bpe *t = sy_bpe_load_json_buffer(src->data, src->len, inner, sizeof inner);
+    if (t == NULL) snprintf(err, err_size, "%s: %s", src->path, inner);
+    return t;
+}
+
+/* The tokenizer of tok_path from the cache, built on a miss. */
+static bool get_tokenizer(qm_vocab *v, const char *tok_path, char *err, size_t err_size) {
+    json_source src = {.path = tok_path};
+    if (!sy_tok_map_file(tok_path, MAX_TOKENIZER_JSON_BYTES, &src.data, &src.len, err, err_size)) return false;
+    sy_tok_key key = sy_tok_key_bytes("qwen-cpu-mmap tokenizer.json/1", src.data, src.len);
+    v->ref = sy_tok_cache_acquire(sy_tok_cache_default(), &key, build_bpe, free_bpe, &src, NULL, err, err_size);
+    sy_tok_unmap_file(src.data, src.len);
+    if (v->ref == NULL) return false;
+    v->bpe = sy_tok_ref_get(v->ref);
+    return true;
 }
 
 /* chat_template.jinja, which newer checkpoints ship instead of a tokenizer_config entry; NULL when absent. */
@@ -92,8 +135,7 @@ qm_vocab *qm_vocab_load(const char *dir, const sy_hf_config *cfg, const sy_hf_ge
     }
     struct stat st;
     stat(tok_path, &st);
-    v->bpe = sy_bpe_load_json(tok_path, err, err_size);
-    if (v->bpe == NULL) {
+    if (!get_tokenizer(v, tok_path, err, err_size)) {
         *status = strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT;
         goto done;
     }
@@ -175,7 +217,11 @@ static sy_status vocab_token_bytes(const void *p, int32_t id, char *out, size_t 
 static uint32_t vocab_token_flags(const void *p, int32_t id) {
     const qm_vocab *v = p;
     if (id < 0 || (uint32_t)id >= v->n_model) return 0;
-    return (uint32_t)id < v->n_bpe ? sy_bpe_token_flags(v->bpe, id) : SY_TOKEN_UNUSED;
+    if ((uint32_t)id >= v->n_bpe) return SY_TOKEN_UNUSED;
+    uint32_t flags = sy_bpe_token_flags(v->bpe, id);
+    for (size_t i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id) flags |= SY_TOKEN_END_OF_GENERATION;
+    return flags;
 }
 
 static uint64_t vocab_memory(const void *p) { return ((const qm_vocab *)p)->bytes; }

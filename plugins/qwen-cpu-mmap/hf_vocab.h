@@ -6,7 +6,10 @@
  *   - add_bos when the tokenizer's post-processor puts tokens before the text (what ADD_SPECIAL really does);
  *   - the chat template: tokenizer_config's chat_template, else the file chat_template.jinja.
  * Rows of the embedding past the tokenizer's ids (Qwen pads its vocabulary to a multiple of 128) are UNUSED
- * tokens with no bytes. Immutable after loading; every call may run on any thread. */
+ * tokens with no bytes. Immutable after loading; every call may run on any thread.
+ *
+ * The BPE itself comes from the plugin's tokenizer cache (tokenizer_cache.h), keyed by a hash of tokenizer.json:
+ * checkpoints with the same tokenizer.json share one, and a load whose tokenizer is cached skips the build. */
 #ifndef QM_HF_VOCAB_H
 #define QM_HF_VOCAB_H
 
@@ -27,6 +30,9 @@ qm_vocab *qm_vocab_load(const char *dir, const sy_hf_config *cfg, const sy_hf_ge
                         qm_vocab_facts *facts, sy_status *status, char *err, size_t err_size);
 
 extern const sy_cpu_vocab_ops qm_vocab_ops;
+
+/* Frees the cached tokenizers no vocabulary holds any more (the plugin's deinit). */
+void qm_vocab_drop_cached(void);
 
 /* "dir/name", malloc'd; NULL when out of memory. */
 char *qm_path_in(const char *dir, const char *name);

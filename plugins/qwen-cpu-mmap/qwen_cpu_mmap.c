@@ -410,7 +410,10 @@ static sy_status qm_init(const sy_host_api *h) {
     return SY_OK;
 }
 
-static void qm_deinit(void) { sy_cpu_engine_deinit(); }
+static void qm_deinit(void) {
+    qm_vocab_drop_cached();
+    sy_cpu_engine_deinit();
+}
 
 static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
