@@ -191,43 +191,52 @@ size_t sy_quantize_x_bytes(size_t k, size_t n_batch) {
     return row * n_batch;
 }
 
+void sy_quantize_row_scalar(const float *x, size_t k, int8_t *q, float *d, float *s16) {
+    for (size_t blk = 0; blk < k / SY_QX_BLOCK; blk++) {
+        const float *xb = x + blk * SY_QX_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < SY_QX_BLOCK; i++) {
+            float v = fabsf(xb[i]);
+            /* A NaN never compares greater, so it cannot poison the scale; it quantizes to 0 below. */
+            if (v > amax) amax = v;
+        }
+        if (!isfinite(amax)) amax = 3.4028234663852886e38f; /* infinities saturate instead of all-NaN */
+        float scale = amax / 127.0f;
+        float inv = scale > 0.0f ? 127.0f / amax : 0.0f;
+        int sums[2] = {0, 0};
+        for (int i = 0; i < SY_QX_BLOCK; i++) {
+            float v = xb[i] * inv;
+            int qi = 0;
+            if (v == v) {
+                /* round half to even without a libm call: for |v| <= 127, adding and subtracting 1.5 * 2^23 leaves
+                 * exactly the rounded integer (as lrintf in the default rounding mode, checked for every float) */
+                float clamped = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+                qi = (int)((clamped + 12582912.0f) - 12582912.0f);
+            }
+            q[blk * SY_QX_BLOCK + (size_t)i] = (int8_t)qi;
+            sums[i / SY_QX_GROUP] += qi;
+        }
+        d[blk] = scale;
+        s16[2 * blk] = scale * (float)sums[0];
+        s16[2 * blk + 1] = scale * (float)sums[1];
+    }
+}
+
 int sy_quantize_x(const float *X, size_t n_batch, size_t ldx, size_t k, void *QX) {
     if (k % SY_QX_BLOCK != 0 || (sy_quantize_x_bytes(k, n_batch) == 0 && n_batch != 0)) return SY_KERNEL_EINVAL;
     if (n_batch == 0 || k == 0) return SY_KERNEL_OK;
     if (X == NULL || QX == NULL || ((uintptr_t)QX & 3) != 0) return SY_KERNEL_EINVAL;
     if (n_batch > 1 && ldx < k) return SY_KERNEL_EINVAL;
     if (ldx != 0 && n_batch - 1 > (SIZE_MAX / sizeof(float) - k) / ldx) return SY_KERNEL_EINVAL;
+    /* the SIMD version gives the same bytes (the same IEEE operations), so the choice only changes the speed */
+    void (*quantize_row)(const float *, size_t, int8_t *, float *, float *) = sy_quantize_row_scalar;
+#if SY_KERNELS_X86
+    if (sy_kernels_active()->tier >= SY_CPU_TIER_AVX2) quantize_row = sy_quantize_row_avx2;
+#endif
     for (size_t b = 0; b < n_batch; b++) {
-        const float *x = X + b * ldx;
         sy_qx_row row = sy_qx_row_at(QX, k, b);
-        int8_t *q = (int8_t *)(uintptr_t)row.q;
-        float *d = (float *)(uintptr_t)row.d;
-        float *s16 = (float *)(uintptr_t)row.s16;
-        for (size_t blk = 0; blk < k / SY_QX_BLOCK; blk++) {
-            const float *xb = x + blk * SY_QX_BLOCK;
-            float amax = 0.0f;
-            for (int i = 0; i < SY_QX_BLOCK; i++) {
-                float v = fabsf(xb[i]);
-                /* A NaN never compares greater, so it cannot poison the scale; it quantizes to 0 below. */
-                if (v > amax) amax = v;
-            }
-            if (!isfinite(amax)) amax = 3.4028234663852886e38f; /* infinities saturate instead of all-NaN */
-            float scale = amax / 127.0f;
-            float inv = scale > 0.0f ? 127.0f / amax : 0.0f;
-            int sums[2] = {0, 0};
-            for (int i = 0; i < SY_QX_BLOCK; i++) {
-                float v = xb[i] * inv;
-                int qi = 0;
-                if (v == v) {
-                    qi = (int)lrintf(v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v));
-                }
-                q[blk * SY_QX_BLOCK + (size_t)i] = (int8_t)qi;
-                sums[i / SY_QX_GROUP] += qi;
-            }
-            d[blk] = scale;
-            s16[2 * blk] = scale * (float)sums[0];
-            s16[2 * blk + 1] = scale * (float)sums[1];
-        }
+        quantize_row(X + b * ldx, k, (int8_t *)(uintptr_t)row.q, (float *)(uintptr_t)row.d,
+                     (float *)(uintptr_t)row.s16);
     }
     return SY_KERNEL_OK;
 }
@@ -246,31 +255,84 @@ int sy_matmul_quantized_via_qx(const sy_kernels *tier, sy_dtype wtype, const voi
     return rc;
 }
 
-void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dtype wtype,
-                         const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
-                         const void *QX, size_t n_batch, float *Y, size_t ldy) {
-    _Alignas(64) uint8_t u[SY_UNPACK_CHUNK];
-    _Alignas(64) float a[SY_UNPACK_CHUNK / SY_QX_GROUP];
-    _Alignas(64) float c[SY_UNPACK_CHUNK / SY_QX_GROUP];
+/* Y[b * ldy + r] = partial on a row's first chunk, += on the others. */
+static inline void put_partial(float *Y, size_t ldy, size_t b, size_t r, float partial, int first) {
+    if (first) {
+        Y[b * ldy + r] = partial;
+    } else {
+        Y[b * ldy + r] += partial;
+    }
+}
+
+void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unpacked4_fn dot4,
+                         sy_dot_unpacked2x4_fn dot2x4, sy_dtype wtype, const void *W, size_t row_bytes,
+                         size_t row_begin, size_t row_end, size_t k, const void *QX, size_t n_batch, float *Y,
+                         size_t ldy) {
+    _Alignas(64) uint8_t u[2][SY_UNPACK_CHUNK];
+    _Alignas(64) float a[2][SY_UNPACK_CHUNK / SY_QX_GROUP];
+    _Alignas(64) float c[2][SY_UNPACK_CHUNK / SY_QX_GROUP];
     const sy_dtype_traits *traits = sy_dtype_get(wtype);
-    for (size_t r = row_begin; r < row_end; r++) {
-        const uint8_t *row = (const uint8_t *)W + r * row_bytes;
-        if (k == 0) {
+    if (k == 0) {
+        for (size_t r = row_begin; r < row_end; r++)
             for (size_t b = 0; b < n_batch; b++) Y[b * ldy + r] = 0.0f;
-            continue;
-        }
+        return;
+    }
+    /* two rows at a time where the tier has a 2 x 4 tile and there are four tokens to fill it */
+    size_t rows_per_pass = dot2x4 != NULL && dot4 != NULL && n_batch >= 4 ? 2 : 1;
+    for (size_t r = row_begin; r < row_end; r += rows_per_pass) {
+        size_t n_rows = row_end - r < rows_per_pass ? row_end - r : rows_per_pass;
         for (size_t k0 = 0; k0 < k; k0 += SY_UNPACK_CHUNK) {
             size_t n = k - k0 < SY_UNPACK_CHUNK ? k - k0 : SY_UNPACK_CHUNK;
-            unpack(wtype, row + (k0 / traits->block_elems) * traits->block_bytes, n, u, a, c);
-            for (size_t b = 0; b < n_batch; b++) {
-                sy_qx_row x = sy_qx_row_at(QX, k, b);
-                float partial = dot(u, a, c, x.q + k0, x.d + k0 / SY_QX_BLOCK, x.s16 + k0 / SY_QX_GROUP, n);
-                if (k0 == 0) {
-                    Y[b * ldy + r] = partial;
-                } else {
-                    Y[b * ldy + r] += partial;
+            int first = k0 == 0;
+            for (size_t i = 0; i < n_rows; i++) {
+                const uint8_t *row = (const uint8_t *)W + (r + i) * row_bytes;
+                unpack(wtype, row + (k0 / traits->block_elems) * traits->block_bytes, n, u[i], a[i], c[i]);
+            }
+            size_t b = 0;
+            if (dot4 != NULL) {
+                for (; b + 4 <= n_batch; b += 4) {
+                    sy_qx_row x[4];
+                    float partial[2][4];
+                    for (size_t t = 0; t < 4; t++) x[t] = sy_qx_row_at(QX, k, b + t);
+                    if (n_rows == 2) {
+                        dot2x4(u[0], a[0], c[0], u[1], a[1], c[1], x, k0, n, partial);
+                    } else {
+                        dot4(u[0], a[0], c[0], x, k0, n, partial[0]);
+                    }
+                    for (size_t i = 0; i < n_rows; i++)
+                        for (size_t t = 0; t < 4; t++) put_partial(Y, ldy, b + t, r + i, partial[i][t], first);
                 }
             }
+            for (; b < n_batch; b++) {
+                sy_qx_row x = sy_qx_row_at(QX, k, b);
+                for (size_t i = 0; i < n_rows; i++) {
+                    float partial =
+                        dot(u[i], a[i], c[i], x.q + k0, x.d + k0 / SY_QX_BLOCK, x.s16 + k0 / SY_QX_GROUP, n);
+                    put_partial(Y, ldy, b, r + i, partial, first);
+                }
+            }
+        }
+    }
+}
+
+void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE], sy_dtype wtype, const void *W,
+                               size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
+                               size_t n_batch, float *Y, size_t ldy) {
+    if (k == 0) {
+        for (size_t r = row_begin; r < row_end; r++)
+            for (size_t b = 0; b < n_batch; b++) Y[b * ldy + r] = 0.0f;
+        return;
+    }
+    size_t n_blocks = k / sy_dtype_get(wtype)->block_elems;
+    /* a few rows at a time meet every group of the batch while they are in L1 */
+    const size_t rows_per_pass = n_batch <= SY_FUSED_TILE ? row_end - row_begin : 16;
+    for (size_t r0 = row_begin; r0 < row_end; r0 += rows_per_pass) {
+        size_t r1 = row_end - r0 < rows_per_pass ? row_end : r0 + rows_per_pass;
+        for (size_t b0 = 0; b0 < n_batch; b0 += SY_FUSED_TILE) {
+            size_t nb = n_batch - b0 < SY_FUSED_TILE ? n_batch - b0 : SY_FUSED_TILE;
+            sy_qx_row x[SY_FUSED_TILE];
+            for (size_t t = 0; t < nb; t++) x[t] = sy_qx_row_at(QX, k, b0 + t);
+            fns[nb - 1]((const uint8_t *)W, row_bytes, r0, r1, n_blocks, x, Y + b0 * ldy, ldy);
         }
     }
 }

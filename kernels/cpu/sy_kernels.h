@@ -9,8 +9,13 @@
  *    to bf16, which costs ~3 significant digits on every product.
  *  - Quantized weights are multiplied by activations quantized to 8 bits with one f32 scale per 32 elements (for
  *    every quantized weight type, the K-quants included: finer than 256-element Q8_K scales, so at least as
- *    accurate), with exact integer sums per 16 elements. All tiers quantize the activations with the same scalar
- *    code, so tiers differ only by f32 rounding order.
+ *    accurate), with exact integer sums per 16 elements. All tiers quantize the activations to the same bytes (the
+ *    AVX2 and AVX-512 tiers by a SIMD version of the same IEEE operations), so tiers differ only by f32 rounding
+ *    order. The AVX2 and AVX-512 tiers decode each weight block in registers and dot it with up to four tokens at
+ *    once (no unpacked copy of the weights).
+ *  - Batch invariance: within a tier, a row of X gives the same bits whatever the batch around it (how many rows,
+ *    at which position), so a token's logits do not depend on what shares its decode call; speculative
+ *    verification and continuous batching then pick exactly the tokens of a plain decode.
  *
  * All functions are thread-safe; none allocates except sy_kernels->matmul on quantized weight types (the
  * activation buffer; use sy_quantize_x + matmul_qx to supply it yourself). */

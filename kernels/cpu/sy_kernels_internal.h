@@ -45,6 +45,14 @@ typedef void (*sy_unpack_fn)(sy_dtype wtype, const uint8_t *blocks, size_t n, ui
 /* Sum over the chunk of weight[i] * x[i] with x in quantized form; n is a multiple of 32. */
 typedef float (*sy_dot_unpacked_fn)(const uint8_t *u, const float *a, const float *c, const int8_t *q,
                                     const float *d, const float *s16, size_t n);
+/* The same for four batch rows at once (register tiles: each unpacked chunk is loaded once per four tokens):
+ * out[t] = the sum for activation row x[t], whose elements k0 .. k0 + n - 1 meet the chunk. */
+typedef void (*sy_dot_unpacked4_fn)(const uint8_t *u, const float *a, const float *c, const sy_qx_row *x, size_t k0,
+                                    size_t n, float *out);
+/* Two rows by four tokens (out[i][t]: row i, token t): each token's block scales are spread once for both rows. */
+typedef void (*sy_dot_unpacked2x4_fn)(const uint8_t *u0, const float *a0, const float *c0, const uint8_t *u1,
+                                      const float *a1, const float *c1, const sy_qx_row *x, size_t k0, size_t n,
+                                      float out[2][4]);
 /* Whether the unpacked values of this type can exceed 127 (Q8_0), which some integer paths must know. */
 static inline int sy_unpacked_is_wide(sy_dtype wtype) { return wtype == SY_DTYPE_Q8_0; }
 
@@ -53,11 +61,52 @@ void sy_unpack_scalar(sy_dtype wtype, const uint8_t *blocks, size_t n, uint8_t *
 void sy_unpack_avx2(sy_dtype wtype, const uint8_t *blocks, size_t n, uint8_t *u, float *a, float *c);
 #endif
 
-/* The matmul_qx body common to all tiers: unpack each chunk of a row once, then dot it with every batch row.
- * Arguments are already validated; dot must handle the type's unpacked range (see sy_unpacked_is_wide). */
-void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dtype wtype,
-                         const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
-                         const void *QX, size_t n_batch, float *Y, size_t ldy);
+/* The matmul_qx body common to all tiers: unpack each chunk of a row once, then dot it with every batch row, four
+ * at a time by dot4 where the tier has one, and two rows by four tokens by dot2x4 where it has that too (NULL: not).
+ * Arguments are already validated; the dots must handle the type's unpacked range (see sy_unpacked_is_wide). */
+void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unpacked4_fn dot4,
+                         sy_dot_unpacked2x4_fn dot2x4, sy_dtype wtype, const void *W, size_t row_bytes,
+                         size_t row_begin, size_t row_end, size_t k, const void *QX, size_t n_batch, float *Y,
+                         size_t ldy);
+
+/* Fused products (decode, and the K-quants' prefill): each weight block is decoded in registers and dotted at once
+ * with up to SY_FUSED_TILE activation rows, with no unpacked copy. For one token the unpack costs more than the dot.
+ * A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb, each row being
+ * n_blocks whole blocks of the weight type at W + r * row_bytes (x[t] point at the rows' first element). */
+#define SY_FUSED_TILE 4
+/* Whether a tier takes its fused kernels for this batch: always for the K-quants (measured: their fused kernels beat
+ * unpack + dot at every batch size tried, up to 64 tokens, as decoding a block once per four tokens costs less than
+ * the unpacked form's per-16 scales cost per token), and up to the tier's measured crossover for the 32-element
+ * block types. -DSY_FUSED_DISABLE=1 times the unpack path alone. */
+#ifndef SY_FUSED_DISABLE
+#define SY_FUSED_DISABLE 0
+#endif
+static inline bool sy_fused_wanted(sy_dtype wtype, size_t n_batch, size_t crossover_blocks32) {
+    if (SY_FUSED_DISABLE) return false;
+    return sy_dtype_get(wtype)->block_elems == 256 || n_batch <= crossover_blocks32;
+}
+/* Weights usually stream from a mapped file's 4 KiB pages, where the hardware prefetcher stops at every page
+ * boundary: the fused kernels ask for the bytes SY_PREFETCH_AHEAD ahead of those they read (past the matrix too:
+ * a prefetch never faults), which keeps the stream going. */
+#ifndef SY_PREFETCH_AHEAD
+#define SY_PREFETCH_AHEAD 2048
+#endif
+static inline void sy_prefetch_ahead(const uint8_t *p, size_t bytes) {
+    uintptr_t ahead = (uintptr_t)p + SY_PREFETCH_AHEAD;
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const void *)(ahead + off));
+}
+typedef void (*sy_fused_rows_fn)(const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end,
+                                 size_t n_blocks, const sy_qx_row *x, float *Y, size_t ldy);
+/* A tier's kernels for wtype, one per nb = 1..SY_FUSED_TILE (index nb - 1); false when it has none. */
+#if SY_KERNELS_X86
+bool sy_fused_kernels_avx2(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE]);
+bool sy_fused_kernels_avx512(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE]);
+#endif
+
+/* The matmul_qx body of the fused path: every row against the batch in groups of SY_FUSED_TILE. */
+void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE], sy_dtype wtype, const void *W,
+                               size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
+                               size_t n_batch, float *Y, size_t ldy);
 
 /* Validates a matmul_qx call (QX alignment included); NULL when valid. */
 const char *sy_matmul_qx_check(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
@@ -67,6 +116,13 @@ const char *sy_matmul_qx_check(sy_dtype wtype, const void *W, size_t row_bytes, 
 int sy_matmul_quantized_via_qx(const sy_kernels *tier, sy_dtype wtype, const void *W, size_t row_bytes,
                                size_t row_begin, size_t row_end, size_t k, const float *X, size_t n_batch,
                                size_t ldx, float *Y, size_t ldy);
+
+/* One row of sy_quantize_x (k a multiple of 32): the scalar reference, and an AVX2 version that writes the same bytes
+ * (sy_quantize_x takes it on the AVX2 and AVX-512 tiers). */
+void sy_quantize_row_scalar(const float *x, size_t k, int8_t *q, float *d, float *s16);
+#if SY_KERNELS_X86
+void sy_quantize_row_avx2(const float *x, size_t k, int8_t *q, float *d, float *s16);
+#endif
 
 /* Loads a little-endian f16 stored at an arbitrary address (block scales are 2-byte aligned at best). */
 static inline float sy_load_f16(const uint8_t *p) { return sy_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }

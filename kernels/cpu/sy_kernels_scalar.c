@@ -71,8 +71,8 @@ static int matmul_qx_scalar(sy_dtype wtype, const void *W, size_t row_bytes, siz
                             size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
     if (sy_matmul_qx_check(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy) != NULL)
         return SY_KERNEL_EINVAL;
-    sy_matmul_qx_driver(sy_unpack_scalar, dot_unpacked_scalar, wtype, W, row_bytes, row_begin, row_end, k, QX,
-                        n_batch, Y, ldy);
+    sy_matmul_qx_driver(sy_unpack_scalar, dot_unpacked_scalar, NULL, NULL, wtype, W, row_bytes, row_begin, row_end, k,
+                        QX, n_batch, Y, ldy);
     return SY_KERNEL_OK;
 }
 
