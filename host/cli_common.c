@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
+/* Resolves the plugin directory into dir_out; -1 (with a message) when there is none. */
+static int resolve_plugin_dir(const char *explicit_dir, char *dir_out, size_t dir_size) {
     const char *dir = explicit_dir;
     if (dir == NULL) dir = getenv("SY_PLUGIN_DIR");
     if (dir == NULL) dir = sy_default_plugin_dir(dir_out, dir_size);
@@ -14,6 +15,25 @@ int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char 
         return -1;
     }
     if (dir != dir_out) snprintf(dir_out, dir_size, "%s", dir);
+    return 0;
+}
+
+int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plugin_registry *reg, char *dir_out,
+                             size_t dir_size) {
+    if (only == NULL || strchr(only, '/') != NULL || only[0] == '.' || only[0] == '\0')
+        return sy_cli_load_plugins(explicit_dir, reg, dir_out, dir_size);
+    if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
+    char file[512];
+    if ((size_t)snprintf(file, sizeof file, "%s.so", only) < sizeof file &&
+        sy_plugin_registry_load_file(reg, dir_out, file) == 0 && sy_plugin_registry_find(reg, only) != NULL)
+        return 0;
+    /* not a file of that name, or another plugin inside: the whole directory decides */
+    sy_plugin_registry_close(reg);
+    return sy_cli_load_plugins(dir_out, reg, dir_out, dir_size);
+}
+
+int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
+    if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
     char err[512];
     if (sy_plugin_registry_load_dir(reg, dir_out, err, sizeof err) != 0) {
         fprintf(stderr, "switchyard: %s\n", err);

@@ -8,6 +8,13 @@
  * Returns 0, or prints one line to stderr and returns -1. */
 int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size);
 
+/* The same when the verb needs one plugin only (`--plugin NAME`): loads NAME.so alone when the directory has it and
+ * it is the plugin of that name, so that a verb does not pay for the others (the CUDA plugin's libraries take
+ * ~80 ms and ~170 MB of resident memory to load even without a GPU); otherwise, or with only NULL, the whole
+ * directory as sy_cli_load_plugins. */
+int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plugin_registry *reg, char *dir_out,
+                             size_t dir_size);
+
 /* Print "switchyard <verb>: message" to stderr. */
 void sy_cli_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -256,7 +256,7 @@ int sy_cmd_bench(int argc, char **argv) {
 
     sy_plugin_registry reg = {0};
     char dir[4096], err[1024];
-    if (sy_cli_load_plugins(plugin_dir, &reg, dir, sizeof dir) != 0) goto done;
+    if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
     sy_loaded_model lm;
     bench_result r;
     memset(&r, 0, sizeof r);

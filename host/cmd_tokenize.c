@@ -99,7 +99,7 @@ int sy_cmd_tokenize(int argc, char **argv) {
 
     sy_plugin_registry reg = {0};
     char dir[4096], err[1024];
-    if (sy_cli_load_plugins(plugin_dir, &reg, dir, sizeof dir) != 0) goto done;
+    if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
     sy_loaded_model lm;
     if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
         sy_cli_error("tokenize", "%s", err);

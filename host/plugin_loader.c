@@ -195,6 +195,19 @@ int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *
     return 0;
 }
 
+int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const char *file) {
+    if (strchr(file, '/') != NULL) return -1;
+    char *path = sy_path_join(dir, file);
+    struct stat st;
+    int rc = -1;
+    if (path != NULL && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        load_one(reg, path);
+        rc = 0;
+    }
+    free(path);
+    return rc;
+}
+
 const sy_plugin *sy_plugin_registry_find(const sy_plugin_registry *reg, const char *name) {
     for (size_t i = 0; i < reg->n_plugins; i++) {
         if (strcmp(reg->plugins[i].entry->name, name) == 0) return &reg->plugins[i];

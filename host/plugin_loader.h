@@ -35,6 +35,10 @@ const sy_host_api *sy_host_api_get(void);
  * their reason and skipped. Returns 0, or -1 with `err` set when the directory cannot be read. */
 int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size);
 
+/* Load dir/file alone (file: a name in dir, no separators), with the same checks. Returns 0 when it was a regular
+ * file that was tried (loaded, or recorded in reg->refused), -1 when there is no such regular file. */
+int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const char *file);
+
 /* The loaded plugin of that name, or NULL. */
 const sy_plugin *sy_plugin_registry_find(const sy_plugin_registry *reg, const char *name);
 
