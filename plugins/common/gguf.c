@@ -10,6 +10,7 @@
  * The parser walks the header with a bounds-checked cursor; nothing is allocated before the count that sizes it
  * has been checked against the bytes that are left (every record has a minimum size). */
 #include "gguf.h"
+#include "errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -125,15 +126,6 @@ typedef struct parser {
     size_t err_size;
 } parser;
 
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 /* A file-provided name made safe for a one-line message: printable ASCII, at most 80 chars. */
 static const char *printable(const char *s, size_t len, char buf[96]) {
     size_t n = 0;
@@ -213,17 +205,17 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     const char *key = printable(p->g->arena + e->key_at, strlen(p->g->arena + e->key_at), nb);
     uint32_t type;
     if (!read_u32(p, &type)) {
-        set_error(p->err, p->err_size, "%s '%s': file ends inside its value type", what, key);
+        sy_errmsg(p->err, p->err_size, "%s '%s': file ends inside its value type", what, key);
         return false;
     }
     if (type >= SY_GGUF_TYPE_COUNT_) {
-        set_error(p->err, p->err_size, "%s '%s': invalid value type %u", what, key, type);
+        sy_errmsg(p->err, p->err_size, "%s '%s': invalid value type %u", what, key, type);
         return false;
     }
     e->type = (sy_gguf_type)type;
     if (type == SY_GGUF_STRING) {
         if (!read_string(p, &e->value_at, &e->count)) {
-            set_error(p->err, p->err_size, "%s '%s': string runs past the end of the file", what, key);
+            sy_errmsg(p->err, p->err_size, "%s '%s': string runs past the end of the file", what, key);
             return false;
         }
         return true;
@@ -231,7 +223,7 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     if (type != SY_GGUF_ARRAY) {
         uint32_t sz = scalar_size(type);
         if (remaining(p) < sz) {
-            set_error(p->err, p->err_size, "%s '%s': file ends inside its %s value", what, key,
+            sy_errmsg(p->err, p->err_size, "%s '%s': file ends inside its %s value", what, key,
                       sy_gguf_type_name(type));
             return false;
         }
@@ -242,15 +234,15 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     uint32_t elem;
     uint64_t count;
     if (!read_u32(p, &elem) || !read_u64(p, &count)) {
-        set_error(p->err, p->err_size, "%s '%s': file ends inside its array header", what, key);
+        sy_errmsg(p->err, p->err_size, "%s '%s': file ends inside its array header", what, key);
         return false;
     }
     if (elem == SY_GGUF_ARRAY) {
-        set_error(p->err, p->err_size, "%s '%s': arrays of arrays are not supported", what, key);
+        sy_errmsg(p->err, p->err_size, "%s '%s': arrays of arrays are not supported", what, key);
         return false;
     }
     if (elem >= SY_GGUF_TYPE_COUNT_) {
-        set_error(p->err, p->err_size, "%s '%s': invalid array element type %u", what, key, elem);
+        sy_errmsg(p->err, p->err_size, "%s '%s': invalid array element type %u", what, key, elem);
         return false;
     }
     e->elem_type = (sy_gguf_type)elem;
@@ -259,7 +251,7 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     if (elem != SY_GGUF_STRING) {
         uint32_t sz = scalar_size(elem);
         if (count > remaining(p) / sz) {
-            set_error(p->err, p->err_size, "%s '%s': array of %llu %s runs past the end of the file", what, key,
+            sy_errmsg(p->err, p->err_size, "%s '%s': array of %llu %s runs past the end of the file", what, key,
                       (unsigned long long)count, sy_gguf_type_name(elem));
             return false;
         }
@@ -268,7 +260,7 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     }
     /* Each string takes at least its 8-byte length, which bounds the count before we size anything by it. */
     if (count > remaining(p) / 8) {
-        set_error(p->err, p->err_size, "%s '%s': array of %llu strings runs past the end of the file", what, key,
+        sy_errmsg(p->err, p->err_size, "%s '%s': array of %llu strings runs past the end of the file", what, key,
                   (unsigned long long)count);
         return false;
     }
@@ -276,12 +268,12 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
     uint64_t total = g->n_strings + count;
     if (count > 0) {
         if (total > SIZE_MAX / sizeof(uint64_t)) {
-            set_error(p->err, p->err_size, "%s '%s': too many strings", what, key);
+            sy_errmsg(p->err, p->err_size, "%s '%s': too many strings", what, key);
             return false;
         }
         uint64_t *s = realloc(g->string_at, (size_t)total * sizeof(uint64_t));
         if (s == NULL) {
-            set_error(p->err, p->err_size, "%s '%s': out of memory for %llu strings", what, key,
+            sy_errmsg(p->err, p->err_size, "%s '%s': out of memory for %llu strings", what, key,
                       (unsigned long long)count);
             return false;
         }
@@ -292,7 +284,7 @@ static bool parse_value(parser *p, kv_entry *e, const char *what) {
         uint64_t at, len;
         g->string_at[g->n_strings + i] = p->pos;
         if (!read_string(p, &at, &len)) {
-            set_error(p->err, p->err_size, "%s '%s': string %llu of the array runs past the end of the file",
+            sy_errmsg(p->err, p->err_size, "%s '%s': string %llu of the array runs past the end of the file",
                       what, key, (unsigned long long)i);
             return false;
         }
@@ -346,38 +338,38 @@ static uint64_t *sorted_index(const sy_gguf *g, uint64_t n, index_cmp cmp) {
 static bool parse_header(parser *p) {
     sy_gguf *g = p->g;
     if (g->size < 4 || memcmp(g->base, GGUF_MAGIC_BYTES, 4) != 0) {
-        set_error(p->err, p->err_size, "not a GGUF file (bad magic)");
+        sy_errmsg(p->err, p->err_size, "not a GGUF file (bad magic)");
         return false;
     }
     p->pos = 4;
     uint32_t version;
     if (!read_u32(p, &version)) {
-        set_error(p->err, p->err_size, "file ends inside the GGUF header (version)");
+        sy_errmsg(p->err, p->err_size, "file ends inside the GGUF header (version)");
         return false;
     }
     if (version == 0x02000000u || version == 0x03000000u) {
-        set_error(p->err, p->err_size, "big-endian GGUF files are not supported");
+        sy_errmsg(p->err, p->err_size, "big-endian GGUF files are not supported");
         return false;
     }
     if (version != 2 && version != 3) {
-        set_error(p->err, p->err_size, "unsupported GGUF version %u (2 and 3 are supported)", version);
+        sy_errmsg(p->err, p->err_size, "unsupported GGUF version %u (2 and 3 are supported)", version);
         return false;
     }
     g->version = version;
     uint64_t n_tensors, n_kv;
     if (!read_u64(p, &n_tensors) || !read_u64(p, &n_kv)) {
-        set_error(p->err, p->err_size, "file ends inside the GGUF header (counts)");
+        sy_errmsg(p->err, p->err_size, "file ends inside the GGUF header (counts)");
         return false;
     }
     /* Minimum record sizes: a kv is key length (8) + type (4) + at least one value byte; a tensor info is name
      * length (8) + n_dims (4) + type (4) + offset (8). */
     if (n_kv > remaining(p) / 13) {
-        set_error(p->err, p->err_size, "metadata count %llu is more than the file can hold",
+        sy_errmsg(p->err, p->err_size, "metadata count %llu is more than the file can hold",
                   (unsigned long long)n_kv);
         return false;
     }
     if (n_tensors > remaining(p) / 24) {
-        set_error(p->err, p->err_size, "tensor count %llu is more than the file can hold",
+        sy_errmsg(p->err, p->err_size, "tensor count %llu is more than the file can hold",
                   (unsigned long long)n_tensors);
         return false;
     }
@@ -390,26 +382,26 @@ static bool parse_kvs(parser *p) {
     sy_gguf *g = p->g;
     g->kv = calloc((size_t)(g->n_kv ? g->n_kv : 1), sizeof *g->kv);
     if (g->kv == NULL) {
-        set_error(p->err, p->err_size, "out of memory for %llu metadata entries", (unsigned long long)g->n_kv);
+        sy_errmsg(p->err, p->err_size, "out of memory for %llu metadata entries", (unsigned long long)g->n_kv);
         return false;
     }
     for (uint64_t i = 0; i < g->n_kv; i++) {
         kv_entry *e = &g->kv[i];
         uint64_t at, len;
         if (!read_string(p, &at, &len)) {
-            set_error(p->err, p->err_size, "metadata entry %llu: key runs past the end of the file",
+            sy_errmsg(p->err, p->err_size, "metadata entry %llu: key runs past the end of the file",
                       (unsigned long long)i);
             return false;
         }
         char nb[96];
         if (len == 0 || len > MAX_KEY_BYTES || memchr(g->base + at, '\0', (size_t)len) != NULL) {
-            set_error(p->err, p->err_size, "metadata entry %llu: invalid key '%s' (empty, too long or holding NUL)",
+            sy_errmsg(p->err, p->err_size, "metadata entry %llu: invalid key '%s' (empty, too long or holding NUL)",
                       (unsigned long long)i, printable((const char *)g->base + at, (size_t)len, nb));
             return false;
         }
         e->key_at = arena_add(g, g->base + at, (size_t)len);
         if (e->key_at == SIZE_MAX) {
-            set_error(p->err, p->err_size, "out of memory for metadata keys");
+            sy_errmsg(p->err, p->err_size, "out of memory for metadata keys");
             return false;
         }
         if (!parse_value(p, e, "metadata key")) return false;
@@ -423,7 +415,7 @@ static bool parse_tensor_infos(parser *p) {
     g->tensors = calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *g->tensors);
     g->tensor_name_at = calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *g->tensor_name_at);
     if (g->tensors == NULL || g->tensor_name_at == NULL) {
-        set_error(p->err, p->err_size, "out of memory for %llu tensor infos", (unsigned long long)g->n_tensors);
+        sy_errmsg(p->err, p->err_size, "out of memory for %llu tensor infos", (unsigned long long)g->n_tensors);
         return false;
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -431,27 +423,27 @@ static bool parse_tensor_infos(parser *p) {
         uint64_t at, len;
         char nb[96];
         if (!read_string(p, &at, &len)) {
-            set_error(p->err, p->err_size, "tensor info %llu: name runs past the end of the file",
+            sy_errmsg(p->err, p->err_size, "tensor info %llu: name runs past the end of the file",
                       (unsigned long long)i);
             return false;
         }
         const char *name = printable((const char *)g->base + at, (size_t)len, nb);
         if (len == 0 || len > MAX_NAME_BYTES || memchr(g->base + at, '\0', (size_t)len) != NULL) {
-            set_error(p->err, p->err_size, "tensor info %llu: invalid name '%s' (empty, too long or holding NUL)",
+            sy_errmsg(p->err, p->err_size, "tensor info %llu: invalid name '%s' (empty, too long or holding NUL)",
                       (unsigned long long)i, name);
             return false;
         }
         g->tensor_name_at[i] = arena_add(g, g->base + at, (size_t)len);
         if (g->tensor_name_at[i] == SIZE_MAX) {
-            set_error(p->err, p->err_size, "out of memory for tensor names");
+            sy_errmsg(p->err, p->err_size, "out of memory for tensor names");
             return false;
         }
         if (!read_u32(p, &t->n_dims)) {
-            set_error(p->err, p->err_size, "tensor '%s': file ends inside its info", name);
+            sy_errmsg(p->err, p->err_size, "tensor '%s': file ends inside its info", name);
             return false;
         }
         if (t->n_dims > SY_GGUF_MAX_DIMS) {
-            set_error(p->err, p->err_size, "tensor '%s': %u dimensions (at most %d)", name, t->n_dims,
+            sy_errmsg(p->err, p->err_size, "tensor '%s': %u dimensions (at most %d)", name, t->n_dims,
                       SY_GGUF_MAX_DIMS);
             return false;
         }
@@ -460,28 +452,28 @@ static bool parse_tensor_infos(parser *p) {
             t->dims[d] = 1;
             if (d >= t->n_dims) continue;
             if (!read_u64(p, &t->dims[d])) {
-                set_error(p->err, p->err_size, "tensor '%s': file ends inside its dimensions", name);
+                sy_errmsg(p->err, p->err_size, "tensor '%s': file ends inside its dimensions", name);
                 return false;
             }
             if (t->dims[d] > (uint64_t)INT64_MAX ||
                 (t->dims[d] != 0 && n_elements > (uint64_t)INT64_MAX / t->dims[d])) {
-                set_error(p->err, p->err_size, "tensor '%s': element count overflows", name);
+                sy_errmsg(p->err, p->err_size, "tensor '%s': element count overflows", name);
                 return false;
             }
             n_elements *= t->dims[d];
         }
         t->n_elements = n_elements;
         if (!read_u32(p, &t->type) || !read_u64(p, &t->offset)) {
-            set_error(p->err, p->err_size, "tensor '%s': file ends inside its info", name);
+            sy_errmsg(p->err, p->err_size, "tensor '%s': file ends inside its info", name);
             return false;
         }
         const ggml_type_info *ti = ggml_type_get(t->type);
         if (ti == NULL) {
-            set_error(p->err, p->err_size, "tensor '%s': unknown tensor type id %u", name, t->type);
+            sy_errmsg(p->err, p->err_size, "tensor '%s': unknown tensor type id %u", name, t->type);
             return false;
         }
         if (t->dims[0] % ti->block_elems != 0) {
-            set_error(p->err, p->err_size, "tensor '%s': row of %llu elements is not a whole number of %s blocks",
+            sy_errmsg(p->err, p->err_size, "tensor '%s': row of %llu elements is not a whole number of %s blocks",
                       name, (unsigned long long)t->dims[0], ti->name);
             return false;
         }
@@ -489,7 +481,7 @@ static bool parse_tensor_infos(parser *p) {
         uint64_t rows = t->dims[0] ? n_elements / t->dims[0] : 0;
         uint64_t row_bytes = t->dims[0] / ti->block_elems * ti->block_bytes; /* dims[0] <= INT64_MAX: fits */
         if (rows != 0 && row_bytes > UINT64_MAX / rows) {
-            set_error(p->err, p->err_size, "tensor '%s': byte size overflows", name);
+            sy_errmsg(p->err, p->err_size, "tensor '%s': byte size overflows", name);
             return false;
         }
         t->n_bytes = row_bytes * rows;
@@ -504,12 +496,12 @@ static bool apply_alignment(parser *p) {
     if (kv >= 0) {
         uint64_t a;
         if (!sy_gguf_kv_uint(g, (uint64_t)kv, &a)) {
-            set_error(p->err, p->err_size, "metadata key 'general.alignment': expected an unsigned integer, found %s",
+            sy_errmsg(p->err, p->err_size, "metadata key 'general.alignment': expected an unsigned integer, found %s",
                       sy_gguf_type_name(g->kv[kv].type));
             return false;
         }
         if (a == 0 || (a & (a - 1)) != 0 || a > MAX_ALIGNMENT) {
-            set_error(p->err, p->err_size,
+            sy_errmsg(p->err, p->err_size,
                       "metadata key 'general.alignment': %llu is not a power of two between 1 and %u",
                       (unsigned long long)a, MAX_ALIGNMENT);
             return false;
@@ -518,7 +510,7 @@ static bool apply_alignment(parser *p) {
     }
     g->header_size = p->pos;
     if (p->pos > UINT64_MAX - MAX_ALIGNMENT) {
-        set_error(p->err, p->err_size, "header too large");
+        sy_errmsg(p->err, p->err_size, "header too large");
         return false;
     }
     g->data_offset = (p->pos + g->alignment - 1) & ~(uint64_t)(g->alignment - 1);
@@ -532,13 +524,13 @@ static bool check_tensor_data(parser *p) {
         sy_gguf_tensor *t = &g->tensors[i];
         const char *name = printable(t->name, strlen(t->name), nb);
         if (t->offset % g->alignment != 0) {
-            set_error(p->err, p->err_size, "tensor '%s': data offset %llu is not a multiple of the alignment %u",
+            sy_errmsg(p->err, p->err_size, "tensor '%s': data offset %llu is not a multiple of the alignment %u",
                       name, (unsigned long long)t->offset, g->alignment);
             return false;
         }
         if (g->data_offset > g->size || t->offset > g->size - g->data_offset ||
             t->n_bytes > g->size - g->data_offset - t->offset) {
-            set_error(p->err, p->err_size, "tensor '%s': data extends past the end of the file", name);
+            sy_errmsg(p->err, p->err_size, "tensor '%s': data extends past the end of the file", name);
             return false;
         }
         t->offset += g->data_offset;
@@ -546,14 +538,14 @@ static bool check_tensor_data(parser *p) {
     }
     uint64_t *by_offset = sorted_index(g, g->n_tensors, cmp_offset);
     if (by_offset == NULL) {
-        set_error(p->err, p->err_size, "out of memory sorting tensors");
+        sy_errmsg(p->err, p->err_size, "out of memory sorting tensors");
         return false;
     }
     for (uint64_t i = 1; i < g->n_tensors; i++) {
         const sy_gguf_tensor *a = &g->tensors[by_offset[i - 1]], *b = &g->tensors[by_offset[i]];
         if (a->offset + a->n_bytes > b->offset && a->n_bytes != 0 && b->n_bytes != 0) {
             char nb2[96];
-            set_error(p->err, p->err_size, "tensor '%s': data overlaps tensor '%s'",
+            sy_errmsg(p->err, p->err_size, "tensor '%s': data overlaps tensor '%s'",
                       printable(b->name, strlen(b->name), nb), printable(a->name, strlen(a->name), nb2));
             free(by_offset);
             return false;
@@ -571,20 +563,20 @@ static bool build_indexes(parser *p) {
     g->kv_by_key = sorted_index(g, g->n_kv, cmp_key);
     g->tensors_by_name = sorted_index(g, g->n_tensors, cmp_name);
     if (g->kv_by_key == NULL || g->tensors_by_name == NULL) {
-        set_error(p->err, p->err_size, "out of memory indexing the header");
+        sy_errmsg(p->err, p->err_size, "out of memory indexing the header");
         return false;
     }
     for (uint64_t i = 1; i < g->n_kv; i++) {
         const char *k = g->kv[g->kv_by_key[i]].key;
         if (strcmp(g->kv[g->kv_by_key[i - 1]].key, k) == 0) {
-            set_error(p->err, p->err_size, "metadata key '%s' appears twice", printable(k, strlen(k), nb));
+            sy_errmsg(p->err, p->err_size, "metadata key '%s' appears twice", printable(k, strlen(k), nb));
             return false;
         }
     }
     for (uint64_t i = 1; i < g->n_tensors; i++) {
         const char *n = g->tensors[g->tensors_by_name[i]].name;
         if (strcmp(g->tensors[g->tensors_by_name[i - 1]].name, n) == 0) {
-            set_error(p->err, p->err_size, "tensor '%s' appears twice", printable(n, strlen(n), nb));
+            sy_errmsg(p->err, p->err_size, "tensor '%s' appears twice", printable(n, strlen(n), nb));
             return false;
         }
     }
@@ -605,12 +597,12 @@ static sy_gguf *parse(sy_gguf *g, char *err, size_t err_size) {
 
 sy_gguf *sy_gguf_open_memory(const void *data, size_t size, char *err, size_t err_size) {
     if (data == NULL && size != 0) {
-        set_error(err, err_size, "no data");
+        sy_errmsg(err, err_size, "no data");
         return NULL;
     }
     sy_gguf *g = calloc(1, sizeof *g);
     if (g == NULL) {
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     g->base = data ? data : (const uint8_t *)"";
@@ -621,41 +613,41 @@ sy_gguf *sy_gguf_open_memory(const void *data, size_t size, char *err, size_t er
 sy_gguf *sy_gguf_open(const char *path, char *err, size_t err_size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_error(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        set_error(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_error(err, err_size, "%s: not a regular file", path);
+        sy_errmsg(err, err_size, "%s: not a regular file", path);
         close(fd);
         return NULL;
     }
     if (st.st_size < 24) {
         close(fd);
-        set_error(err, err_size, "%s: too small to be a GGUF file (%lld bytes)", path, (long long)st.st_size);
+        sy_errmsg(err, err_size, "%s: too small to be a GGUF file (%lld bytes)", path, (long long)st.st_size);
         return NULL;
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        set_error(err, err_size, "%s: too large to map", path);
+        sy_errmsg(err, err_size, "%s: too large to map", path);
         return NULL;
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd);
     if (m == MAP_FAILED) {
-        set_error(err, err_size, "%s: cannot map: %s", path, strerror(map_errno));
+        sy_errmsg(err, err_size, "%s: cannot map: %s", path, strerror(map_errno));
         return NULL;
     }
     sy_gguf *g = calloc(1, sizeof *g);
     if (g == NULL) {
         munmap(m, (size_t)st.st_size);
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     g->base = m;
@@ -663,7 +655,7 @@ sy_gguf *sy_gguf_open(const char *path, char *err, size_t err_size) {
     g->mapping = m;
     char inner[256];
     sy_gguf *r = parse(g, inner, sizeof inner);
-    if (r == NULL) set_error(err, err_size, "%s: %s", path, inner);
+    if (r == NULL) sy_errmsg(err, err_size, "%s: %s", path, inner);
     return r;
 }
 

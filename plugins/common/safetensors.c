@@ -3,6 +3,7 @@
 
 #include "hf_config.h"
 #include "sy_dtype.h"
+#include "errmsg.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -49,15 +50,6 @@ struct sy_safetensors {
 };
 
 /* ---- messages ---- */
-
-static void set_err(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* A name from a hostile file made fit for a one-line message: control bytes become '?', long names are cut. */
 typedef struct printable {
@@ -192,16 +184,16 @@ static bool ends_with(const char *s, const char *suffix) {
 static int open_regular(const char *path, struct stat *st, char *err, size_t err_size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        set_err(err, err_size, "%s: cannot open: %s", PN(path), strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot open: %s", PN(path), strerror(errno));
         return -1;
     }
     if (fstat(fd, st) != 0) {
-        set_err(err, err_size, "%s: cannot stat: %s", PN(path), strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot stat: %s", PN(path), strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st->st_mode)) {
-        set_err(err, err_size, "%s: not a regular file", PN(path));
+        sy_errmsg(err, err_size, "%s: not a regular file", PN(path));
         close(fd);
         return -1;
     }
@@ -224,7 +216,7 @@ static bool push_tensor(sy_safetensors *st, const sy_safetensors_tensor *t) {
 
 static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_size) {
     if (!cJSON_IsObject(meta)) {
-        set_err(err, err_size, "%s: __metadata__ is not an object", PN(sh->path));
+        sy_errmsg(err, err_size, "%s: __metadata__ is not an object", PN(sh->path));
         return false;
     }
     size_t n = (size_t)cJSON_GetArraySize(meta);
@@ -232,13 +224,13 @@ static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_s
     sh->meta_keys = calloc(n, sizeof *sh->meta_keys);
     sh->meta_values = calloc(n, sizeof *sh->meta_values);
     if (sh->meta_keys == NULL || sh->meta_values == NULL) {
-        set_err(err, err_size, "%s: out of memory", PN(sh->path));
+        sy_errmsg(err, err_size, "%s: out of memory", PN(sh->path));
         return false;
     }
     const cJSON *item;
     cJSON_ArrayForEach(item, meta) {
         if (!cJSON_IsString(item) || item->string == NULL) {
-            set_err(err, err_size, "%s: __metadata__ value of %s is not a string", PN(sh->path),
+            sy_errmsg(err, err_size, "%s: __metadata__ value of %s is not a string", PN(sh->path),
                     PN(item->string != NULL ? item->string : "(unnamed)"));
             return false;
         }
@@ -246,7 +238,7 @@ static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_s
         if (k == NULL || v == NULL) {
             free(k);
             free(v);
-            set_err(err, err_size, "%s: out of memory", PN(sh->path));
+            sy_errmsg(err, err_size, "%s: out of memory", PN(sh->path));
             return false;
         }
         sh->meta_keys[sh->meta_count] = k;
@@ -263,28 +255,28 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
     const char *file = sh->path;
     size_t name_len = strlen(name);
     if (name_len == 0) {
-        set_err(err, err_size, "%s: a tensor has an empty name", PN(file));
+        sy_errmsg(err, err_size, "%s: a tensor has an empty name", PN(file));
         return false;
     }
     if (name_len > MAX_TENSOR_NAME_BYTES) {
-        set_err(err, err_size, "%s: tensor %s: name of %zu bytes is longer than %d", PN(file), PN(name), name_len,
+        sy_errmsg(err, err_size, "%s: tensor %s: name of %zu bytes is longer than %d", PN(file), PN(name), name_len,
                 MAX_TENSOR_NAME_BYTES);
         return false;
     }
     if (!cJSON_IsObject(entry)) {
-        set_err(err, err_size, "%s: tensor %s: entry is not an object", PN(file), PN(name));
+        sy_errmsg(err, err_size, "%s: tensor %s: entry is not an object", PN(file), PN(name));
         return false;
     }
     memset(t, 0, sizeof *t);
 
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
     if (!cJSON_IsString(dtype)) {
-        set_err(err, err_size, "%s: tensor %s: missing or non-string \"dtype\"", PN(file), PN(name));
+        sy_errmsg(err, err_size, "%s: tensor %s: missing or non-string \"dtype\"", PN(file), PN(name));
         return false;
     }
     const dtype_info *info = dtype_lookup(dtype->valuestring);
     if (info == NULL) {
-        set_err(err, err_size, "%s: tensor %s: unknown dtype %s", PN(file), PN(name), PN(dtype->valuestring));
+        sy_errmsg(err, err_size, "%s: tensor %s: unknown dtype %s", PN(file), PN(name), PN(dtype->valuestring));
         return false;
     }
     t->dtype_name = info->name;
@@ -292,12 +284,12 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
     if (!cJSON_IsArray(shape)) {
-        set_err(err, err_size, "%s: tensor %s: missing or non-array \"shape\"", PN(file), PN(name));
+        sy_errmsg(err, err_size, "%s: tensor %s: missing or non-array \"shape\"", PN(file), PN(name));
         return false;
     }
     int rank = cJSON_GetArraySize(shape);
     if (rank > SY_SAFETENSORS_MAX_DIMS) {
-        set_err(err, err_size, "%s: tensor %s: rank %d is more than %d", PN(file), PN(name), rank,
+        sy_errmsg(err, err_size, "%s: tensor %s: rank %d is more than %d", PN(file), PN(name), rank,
                 SY_SAFETENSORS_MAX_DIMS);
         return false;
     }
@@ -308,13 +300,13 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
     cJSON_ArrayForEach(dim, shape) {
         uint64_t v;
         if (!json_uint(dim, &v)) {
-            set_err(err, err_size, "%s: tensor %s: shape[%u] is not a non-negative integer below 2^53", PN(file),
+            sy_errmsg(err, err_size, "%s: tensor %s: shape[%u] is not a non-negative integer below 2^53", PN(file),
                     PN(name), d);
             return false;
         }
         t->shape[d++] = v;
         if (__builtin_mul_overflow(elements, v, &elements)) {
-            set_err(err, err_size, "%s: tensor %s: element count of the shape overflows 64 bits", PN(file),
+            sy_errmsg(err, err_size, "%s: tensor %s: element count of the shape overflows 64 bits", PN(file),
                     PN(name));
             return false;
         }
@@ -322,12 +314,12 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
     t->n_elements = elements;
     uint64_t bits;
     if (__builtin_mul_overflow(elements, (uint64_t)info->bits, &bits)) {
-        set_err(err, err_size, "%s: tensor %s: byte size of %llu %s elements overflows 64 bits", PN(file), PN(name),
+        sy_errmsg(err, err_size, "%s: tensor %s: byte size of %llu %s elements overflows 64 bits", PN(file), PN(name),
                 (unsigned long long)elements, info->name);
         return false;
     }
     if (bits % 8 != 0) {
-        set_err(err, err_size, "%s: tensor %s: %llu %s elements do not fill whole bytes", PN(file), PN(name),
+        sy_errmsg(err, err_size, "%s: tensor %s: %llu %s elements do not fill whole bytes", PN(file), PN(name),
                 (unsigned long long)elements, info->name);
         return false;
     }
@@ -337,23 +329,23 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
     uint64_t begin, end;
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
         !json_uint(cJSON_GetArrayItem(offsets, 0), &begin) || !json_uint(cJSON_GetArrayItem(offsets, 1), &end)) {
-        set_err(err, err_size, "%s: tensor %s: \"data_offsets\" is not a pair of non-negative integers", PN(file),
+        sy_errmsg(err, err_size, "%s: tensor %s: \"data_offsets\" is not a pair of non-negative integers", PN(file),
                 PN(name));
         return false;
     }
     if (begin > end) {
-        set_err(err, err_size, "%s: tensor %s: data_offsets [%llu,%llu) begin after end", PN(file), PN(name),
+        sy_errmsg(err, err_size, "%s: tensor %s: data_offsets [%llu,%llu) begin after end", PN(file), PN(name),
                 (unsigned long long)begin, (unsigned long long)end);
         return false;
     }
     if (end > sh->data_len) {
-        set_err(err, err_size, "%s: tensor %s: data_offsets [%llu,%llu) past the end of the data (%llu bytes)",
+        sy_errmsg(err, err_size, "%s: tensor %s: data_offsets [%llu,%llu) past the end of the data (%llu bytes)",
                 PN(file), PN(name), (unsigned long long)begin, (unsigned long long)end,
                 (unsigned long long)sh->data_len);
         return false;
     }
     if (end - begin != need) {
-        set_err(err, err_size,
+        sy_errmsg(err, err_size,
                 "%s: tensor %s: data_offsets [%llu,%llu) hold %llu bytes but %llu %s elements need %llu", PN(file),
                 PN(name), (unsigned long long)begin, (unsigned long long)end, (unsigned long long)(end - begin),
                 (unsigned long long)elements, info->name, (unsigned long long)need);
@@ -384,7 +376,7 @@ static bool check_overlaps(sy_safetensors *st, size_t first, const char *file, c
     for (size_t i = 0; i < n; i++) {
         if (ts[i].n_bytes == 0) continue;
         if (reach != NULL && ts[i].file_offset < reach->file_offset + reach->n_bytes) {
-            set_err(err, err_size, "%s: tensor %s: data overlaps tensor %s", PN(file), PN(ts[i].name),
+            sy_errmsg(err, err_size, "%s: tensor %s: data overlaps tensor %s", PN(file), PN(ts[i].name),
                     PN(reach->name));
             return false;
         }
@@ -398,23 +390,23 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     shard *sh = &st->shards[shard_index];
     const char *file = sh->path;
     if (sh->size < 8) {
-        set_err(err, err_size, "%s: %zu bytes is too short for a SafeTensors file (8-byte header length missing)",
+        sy_errmsg(err, err_size, "%s: %zu bytes is too short for a SafeTensors file (8-byte header length missing)",
                 PN(file), sh->size);
         return false;
     }
     uint64_t header_len = read_le64(sh->bytes);
     if (header_len > SY_SAFETENSORS_MAX_HEADER_BYTES) {
-        set_err(err, err_size, "%s: header length %llu is over the %u-byte limit", PN(file),
+        sy_errmsg(err, err_size, "%s: header length %llu is over the %u-byte limit", PN(file),
                 (unsigned long long)header_len, SY_SAFETENSORS_MAX_HEADER_BYTES);
         return false;
     }
     if (header_len > sh->size - 8) {
-        set_err(err, err_size, "%s: header length %llu runs past the end of the file (%zu bytes)", PN(file),
+        sy_errmsg(err, err_size, "%s: header length %llu runs past the end of the file (%zu bytes)", PN(file),
                 (unsigned long long)header_len, sh->size);
         return false;
     }
     if (header_len < 2) {
-        set_err(err, err_size, "%s: header length %llu is too short for a JSON object", PN(file),
+        sy_errmsg(err, err_size, "%s: header length %llu is too short for a JSON object", PN(file),
                 (unsigned long long)header_len);
         return false;
     }
@@ -426,7 +418,7 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     /* cJSON gets its own NUL-terminated copy, so no parser path can read past the header. */
     char *text = malloc(sh->header_len + 1);
     if (text == NULL) {
-        set_err(err, err_size, "%s: out of memory for a %zu-byte header", PN(file), sh->header_len);
+        sy_errmsg(err, err_size, "%s: out of memory for a %zu-byte header", PN(file), sh->header_len);
         return false;
     }
     memcpy(text, sh->header, sh->header_len);
@@ -435,14 +427,14 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     cJSON *root = cJSON_ParseWithLengthOpts(text, sh->header_len, &parse_end, false);
     if (root == NULL) {
         size_t at = parse_end != NULL && parse_end >= text ? (size_t)(parse_end - text) : 0;
-        set_err(err, err_size, "%s: header is not valid JSON (near byte %zu of %zu)", PN(file), at, sh->header_len);
+        sy_errmsg(err, err_size, "%s: header is not valid JSON (near byte %zu of %zu)", PN(file), at, sh->header_len);
         free(text);
         return false;
     }
     /* Writers pad the header with spaces; anything else after the object is not ours to ignore. */
     for (const char *p = parse_end; p != NULL && p < text + sh->header_len; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            set_err(err, err_size, "%s: header has bytes after its JSON object (at byte %zu)", PN(file),
+            sy_errmsg(err, err_size, "%s: header has bytes after its JSON object (at byte %zu)", PN(file),
                     (size_t)(p - text));
             cJSON_Delete(root);
             free(text);
@@ -451,7 +443,7 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     }
     free(text);
     if (!cJSON_IsObject(root)) {
-        set_err(err, err_size, "%s: header is not a JSON object", PN(file));
+        sy_errmsg(err, err_size, "%s: header is not a JSON object", PN(file));
         cJSON_Delete(root);
         return false;
     }
@@ -462,13 +454,13 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     const cJSON *entry;
     cJSON_ArrayForEach(entry, root) {
         if (entry->string == NULL) {
-            set_err(err, err_size, "%s: header entry without a name", PN(file));
+            sy_errmsg(err, err_size, "%s: header entry without a name", PN(file));
             ok = false;
             break;
         }
         if (strcmp(entry->string, "__metadata__") == 0) {
             if (seen_metadata) {
-                set_err(err, err_size, "%s: __metadata__ appears twice", PN(file));
+                sy_errmsg(err, err_size, "%s: __metadata__ appears twice", PN(file));
                 ok = false;
                 break;
             }
@@ -487,7 +479,7 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
         t.name = dup_string(entry->string);
         if (t.name == NULL || !push_tensor(st, &t)) {
             free((char *)t.name);
-            set_err(err, err_size, "%s: out of memory", PN(file));
+            sy_errmsg(err, err_size, "%s: out of memory", PN(file));
             ok = false;
             break;
         }
@@ -510,11 +502,11 @@ static bool finish(sy_safetensors *st, char *err, size_t err_size) {
         if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0) {
             const sy_safetensors_tensor *a = &st->tensors[i - 1], *b = &st->tensors[i];
             if (a->shard == b->shard) {
-                set_err(err, err_size, "%s: tensor %s appears twice", PN(st->shards[a->shard].path), PN(a->name));
+                sy_errmsg(err, err_size, "%s: tensor %s appears twice", PN(st->shards[a->shard].path), PN(a->name));
             } else {
                 char first_file[160];
                 snprintf(first_file, sizeof first_file, "%s", PN(st->shards[a->shard].path));
-                set_err(err, err_size, "%s: tensor %s appears in %s too", PN(st->shards[b->shard].path), PN(a->name),
+                sy_errmsg(err, err_size, "%s: tensor %s appears in %s too", PN(st->shards[b->shard].path), PN(a->name),
                         first_file);
             }
             return false;
@@ -558,12 +550,12 @@ sy_safetensors *sy_safetensors_open_memory(const void *data, size_t size, const 
                                            size_t err_size) {
     if (name == NULL) name = "model.safetensors";
     if (data == NULL && size > 0) {
-        set_err(err, err_size, "%s: no data", PN(name));
+        sy_errmsg(err, err_size, "%s: no data", PN(name));
         return NULL;
     }
     sy_safetensors *st = new_context(1);
     if (st == NULL || (st->shards[0].path = dup_string(name)) == NULL) {
-        set_err(err, err_size, "%s: out of memory", PN(name));
+        sy_errmsg(err, err_size, "%s: out of memory", PN(name));
         sy_safetensors_close(st);
         return NULL;
     }
@@ -581,13 +573,13 @@ static bool map_shard(sy_safetensors *st, shard *sh, char *err, size_t err_size)
     int fd = open_regular(sh->path, &sb, err, err_size);
     if (fd < 0) return false;
     if (sb.st_size < 8) {
-        set_err(err, err_size, "%s: %lld bytes is too short for a SafeTensors file (8-byte header length missing)",
+        sy_errmsg(err, err_size, "%s: %lld bytes is too short for a SafeTensors file (8-byte header length missing)",
                 PN(sh->path), (long long)sb.st_size);
         close(fd);
         return false;
     }
     if ((uint64_t)sb.st_size > SIZE_MAX) {
-        set_err(err, err_size, "%s: too large to map", PN(sh->path));
+        sy_errmsg(err, err_size, "%s: too large to map", PN(sh->path));
         close(fd);
         return false;
     }
@@ -596,7 +588,7 @@ static bool map_shard(sy_safetensors *st, shard *sh, char *err, size_t err_size)
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        set_err(err, err_size, "%s: cannot map %zu bytes: %s", PN(sh->path), size, strerror(map_errno));
+        sy_errmsg(err, err_size, "%s: cannot map %zu bytes: %s", PN(sh->path), size, strerror(map_errno));
         return false;
     }
     sh->bytes = map;
@@ -609,7 +601,7 @@ static bool map_shard(sy_safetensors *st, shard *sh, char *err, size_t err_size)
 static sy_safetensors *open_single(const char *path, char *err, size_t err_size) {
     sy_safetensors *st = new_context(1);
     if (st == NULL || (st->shards[0].path = dup_string(path)) == NULL) {
-        set_err(err, err_size, "%s: out of memory", PN(path));
+        sy_errmsg(err, err_size, "%s: out of memory", PN(path));
         sy_safetensors_close(st);
         return NULL;
     }
@@ -644,7 +636,7 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (root == NULL) {
-        set_err(err, err_size, "%s: not valid JSON", PN(index_path));
+        sy_errmsg(err, err_size, "%s: not valid JSON", PN(index_path));
         return NULL;
     }
     sy_safetensors *st = NULL;
@@ -652,17 +644,17 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
     char *dir = NULL;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(root) || !cJSON_IsObject(map)) {
-        set_err(err, err_size, "%s: no \"weight_map\" object", PN(index_path));
+        sy_errmsg(err, err_size, "%s: no \"weight_map\" object", PN(index_path));
         goto fail;
     }
     size_t entries = (size_t)cJSON_GetArraySize(map);
     if (entries == 0) {
-        set_err(err, err_size, "%s: \"weight_map\" is empty", PN(index_path));
+        sy_errmsg(err, err_size, "%s: \"weight_map\" is empty", PN(index_path));
         goto fail;
     }
     names = calloc(entries, sizeof *names);
     if (names == NULL) {
-        set_err(err, err_size, "%s: out of memory", PN(index_path));
+        sy_errmsg(err, err_size, "%s: out of memory", PN(index_path));
         goto fail;
     }
     size_t n = 0;
@@ -670,7 +662,7 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
     cJSON_ArrayForEach(item, map) {
         const char *tensor = item->string != NULL ? item->string : "(unnamed)";
         if (!cJSON_IsString(item) || !valid_shard_name(item->valuestring)) {
-            set_err(err, err_size, "%s: weight_map entry of tensor %s is not a plain file name beside the index",
+            sy_errmsg(err, err_size, "%s: weight_map entry of tensor %s is not a plain file name beside the index",
                     PN(index_path), PN(tensor));
             goto fail;
         }
@@ -682,19 +674,19 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
         if (unique == 0 || strcmp(names[unique - 1], names[i]) != 0) names[unique++] = names[i];
     }
     if (unique > MAX_SHARDS) {
-        set_err(err, err_size, "%s: %zu shard files are more than %d", PN(index_path), unique, MAX_SHARDS);
+        sy_errmsg(err, err_size, "%s: %zu shard files are more than %d", PN(index_path), unique, MAX_SHARDS);
         goto fail;
     }
     dir = dir_of(index_path);
     st = dir != NULL ? new_context(unique) : NULL;
     if (st == NULL) {
-        set_err(err, err_size, "%s: out of memory", PN(index_path));
+        sy_errmsg(err, err_size, "%s: out of memory", PN(index_path));
         goto fail;
     }
     for (size_t s = 0; s < unique; s++) {
         st->shards[s].path = join_path(dir, names[s]);
         if (st->shards[s].path == NULL) {
-            set_err(err, err_size, "%s: out of memory", PN(index_path));
+            sy_errmsg(err, err_size, "%s: out of memory", PN(index_path));
             goto fail;
         }
         if (!map_shard(st, &st->shards[s], err, err_size) || !parse_shard(st, (uint32_t)s, err, err_size)) goto fail;
@@ -705,14 +697,14 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
         const sy_safetensors_tensor *t = sy_safetensors_find(st, item->string);
         const char *expected = item->valuestring;
         if (t == NULL) {
-            set_err(err, err_size, "%s: weight_map names tensor %s in %s, which does not hold it", PN(index_path),
+            sy_errmsg(err, err_size, "%s: weight_map names tensor %s in %s, which does not hold it", PN(index_path),
                     PN(item->string), PN(expected));
             goto fail;
         }
         const char *actual = st->shards[t->shard].path;
         size_t a = strlen(actual), e = strlen(expected);
         if (!(a >= e && strcmp(actual + a - e, expected) == 0 && (a == e || actual[a - e - 1] == '/'))) {
-            set_err(err, err_size, "%s: weight_map names tensor %s in %s, but it is in %s", PN(index_path),
+            sy_errmsg(err, err_size, "%s: weight_map names tensor %s in %s, but it is in %s", PN(index_path),
                     PN(item->string), PN(expected), PN(actual));
             goto fail;
         }
@@ -731,12 +723,12 @@ fail:
 
 sy_safetensors *sy_safetensors_open(const char *path, char *err, size_t err_size) {
     if (path == NULL || path[0] == '\0') {
-        set_err(err, err_size, "no SafeTensors path given");
+        sy_errmsg(err, err_size, "no SafeTensors path given");
         return NULL;
     }
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        set_err(err, err_size, "%s: %s", PN(path), strerror(errno));
+        sy_errmsg(err, err_size, "%s: %s", PN(path), strerror(errno));
         return NULL;
     }
     if (S_ISDIR(sb.st_mode)) {
@@ -744,13 +736,13 @@ sy_safetensors *sy_safetensors_open(const char *path, char *err, size_t err_size
         char *single = join_path(path, "model.safetensors");
         sy_safetensors *st = NULL;
         if (index == NULL || single == NULL) {
-            set_err(err, err_size, "%s: out of memory", PN(path));
+            sy_errmsg(err, err_size, "%s: out of memory", PN(path));
         } else if (stat(index, &sb) == 0) {
             st = open_index(index, err, err_size);
         } else if (stat(single, &sb) == 0) {
             st = open_single(single, err, err_size);
         } else {
-            set_err(err, err_size, "%s: holds neither model.safetensors.index.json nor model.safetensors", PN(path));
+            sy_errmsg(err, err_size, "%s: holds neither model.safetensors.index.json nor model.safetensors", PN(path));
         }
         free(index);
         free(single);
@@ -790,11 +782,11 @@ const sy_safetensors_tensor *sy_safetensors_require(const sy_safetensors *st, co
                                                     size_t err_size) {
     const sy_safetensors_tensor *t = sy_safetensors_find(st, name);
     if (t == NULL) {
-        set_err(err, err_size, "%s: no tensor named %s", PN(checkpoint_name(st)), PN(name != NULL ? name : ""));
+        sy_errmsg(err, err_size, "%s: no tensor named %s", PN(checkpoint_name(st)), PN(name != NULL ? name : ""));
         return NULL;
     }
     if (t->dtype == SY_SAFETENSORS_DTYPE_UNSUPPORTED) {
-        set_err(err, err_size, "%s: tensor %s: dtype %s is not supported (F32, F16 and BF16 are)",
+        sy_errmsg(err, err_size, "%s: tensor %s: dtype %s is not supported (F32, F16 and BF16 are)",
                 PN(st->shards[t->shard].path), PN(t->name), t->dtype_name);
         return NULL;
     }
@@ -822,7 +814,7 @@ const sy_safetensors_tensor *sy_safetensors_require_shape(const sy_safetensors *
         char want[200], have[200];
         format_shape(want, sizeof want, n_dims <= SY_SAFETENSORS_MAX_DIMS ? n_dims : SY_SAFETENSORS_MAX_DIMS, shape);
         format_shape(have, sizeof have, t->n_dims, t->shape);
-        set_err(err, err_size, "%s: tensor %s: shape [%s], expected [%s]", PN(st->shards[t->shard].path),
+        sy_errmsg(err, err_size, "%s: tensor %s: shape [%s], expected [%s]", PN(st->shards[t->shard].path),
                 PN(t->name), have, want);
         return NULL;
     }

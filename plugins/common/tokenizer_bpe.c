@@ -30,6 +30,7 @@
 #include <xxhash.h>
 
 #include "switchyard/engine.h"
+#include "errmsg.h"
 
 /* ============================================================================================================
  * 1. Helpers
@@ -41,15 +42,6 @@
 #define BPE_CACHE_SHARD_SLOTS 4096 /* power of two */
 #define BPE_CACHE_MAX_WORD 64      /* longer words are merged every time: they rarely repeat */
 #define BPE_MAX_TEMPLATE 16
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* Writes a short, printable rendering of token text for error messages: quotes, escapes, cut at 40 bytes. */
 static const char *show_text(char *buf, size_t cap, const char *s, size_t len) {
@@ -752,11 +744,11 @@ static bool translate_regex(const char *pat, size_t len, strbuf *out) {
 static pcre2_code *compile_pattern(const char *pattern, size_t len, bool is_regex, char *err, size_t err_size) {
     char shown[128];
     if (len == 0) {
-        set_err(err, err_size, "empty split pattern");
+        sy_errmsg(err, err_size, "empty split pattern");
         return NULL;
     }
     if (utf8_invalid_offset(pattern, len) != len) {
-        set_err(err, err_size, "split pattern %s is not valid UTF-8", show_text(shown, sizeof shown, pattern, len));
+        sy_errmsg(err, err_size, "split pattern %s is not valid UTF-8", show_text(shown, sizeof shown, pattern, len));
         return NULL;
     }
     strbuf tr = {0};
@@ -766,7 +758,7 @@ static pcre2_code *compile_pattern(const char *pattern, size_t len, bool is_rege
     if (is_regex) {
         if (!translate_regex(pattern, len, &tr)) {
             sb_free(&tr);
-            set_err(err, err_size, "out of memory");
+            sy_errmsg(err, err_size, "out of memory");
             return NULL;
         }
         src = tr.data;
@@ -783,7 +775,7 @@ static pcre2_code *compile_pattern(const char *pattern, size_t len, bool is_rege
         PCRE2_UCHAR msg[160];
         if (pcre2_get_error_message(code, msg, sizeof msg) < 0)
             snprintf((char *)msg, sizeof msg, "error %d", code);
-        set_err(err, err_size, "split regex %s does not compile: %s", show_text(shown, sizeof shown, pattern, len),
+        sy_errmsg(err, err_size, "split regex %s does not compile: %s", show_text(shown, sizeof shown, pattern, len),
                 (const char *)msg);
         return NULL;
     }
@@ -880,7 +872,7 @@ sy_bpe_builder *sy_bpe_builder_new(char *err, size_t err_size) {
         }
         free(t);
         free(b);
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     b->t = t;
@@ -946,7 +938,7 @@ bool sy_bpe_builder_reserve(sy_bpe_builder *b, size_t n_tokens, size_t n_merges,
         }
     }
     if (!ok)
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
     return ok;
 }
 
@@ -964,38 +956,38 @@ static bool add_token(sy_bpe_builder *b, const char *text, size_t len, int32_t i
     sy_bpe *t = b->t;
     char shown[128];
     if (len == 0) {
-        set_err(err, err_size, "token %d has empty text", id);
+        sy_errmsg(err, err_size, "token %d has empty text", id);
         return false;
     }
     if (len > SY_BPE_MAX_TOKEN_BYTES) {
-        set_err(err, err_size, "token %d is %zu bytes long (at most %u)", id, len, SY_BPE_MAX_TOKEN_BYTES);
+        sy_errmsg(err, err_size, "token %d is %zu bytes long (at most %u)", id, len, SY_BPE_MAX_TOKEN_BYTES);
         return false;
     }
     if (id < 0 || (uint32_t)id >= SY_BPE_MAX_TOKENS) {
-        set_err(err, err_size, "token %s has id %d, outside 0..%u", show_text(shown, sizeof shown, text, len), id,
+        sy_errmsg(err, err_size, "token %s has id %d, outside 0..%u", show_text(shown, sizeof shown, text, len), id,
                 SY_BPE_MAX_TOKENS - 1);
         return false;
     }
     if (!utf8_checked && utf8_invalid_offset(text, len) != len) {
-        set_err(err, err_size, "token %d is not valid UTF-8", id);
+        sy_errmsg(err, err_size, "token %d is not valid UTF-8", id);
         return false;
     }
     if (!ensure_ids(t, (uint32_t)id)) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     if (t->kind[id] != 0) {
         char other[128];
         size_t ol;
         const char *o = store_text(&t->text, (uint32_t)id, &ol);
-        set_err(err, err_size, "id %d is given to both %s and %s", id, show_text(other, sizeof other, o, ol),
+        sy_errmsg(err, err_size, "id %d is given to both %s and %s", id, show_text(other, sizeof other, o, ol),
                 show_text(shown, sizeof shown, text, len));
         return false;
     }
     /* one probe finds a twin or the free slot (the table grows first, so the slot stays valid) */
     id_table *vt = &t->vocab;
     if ((vt->count + 1) * 4 > (vt->mask + 1) * 3 && !id_table_grow(vt)) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     uint32_t h32 = (uint32_t)hash;
@@ -1003,13 +995,13 @@ static bool add_token(sy_bpe_builder *b, const char *text, size_t len, int32_t i
     for (; vt->slots[slot].id_plus1 != 0; slot = (slot + 1) & vt->mask) {
         const id_slot *sl = &vt->slots[slot];
         if (sl->hash == h32 && sl->len == len && bytes_equal(t->text.arena + sl->off, text, len)) {
-            set_err(err, err_size, "token %s appears twice (ids %u and %d)",
+            sy_errmsg(err, err_size, "token %s appears twice (ids %u and %d)",
                     show_text(shown, sizeof shown, text, len), sl->id_plus1 - 1, id);
             return false;
         }
     }
     if (!store_token_text(t, (uint32_t)id, text, len)) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     vt->slots[slot] = (id_slot){.id_plus1 = (uint32_t)id + 1, .hash = h32, .off = t->text.off[id],
@@ -1027,7 +1019,7 @@ static bool merge_commit(sy_bpe_builder *b, const char *left, size_t left_len, c
     sy_bpe *t = b->t;
     char shown[128], shown2[128], shown3[128];
     if (a < 0 || c < 0) {
-        set_err(err, err_size, "merge token %s is not in the vocabulary",
+        sy_errmsg(err, err_size, "merge token %s is not in the vocabulary",
                 a < 0 ? show_text(shown, sizeof shown, left, left_len)
                       : show_text(shown, sizeof shown, right, right_len));
         return false;
@@ -1045,24 +1037,24 @@ static bool merge_commit(sy_bpe_builder *b, const char *left, size_t left_len, c
     }
     b->scratch.len = 0;
     if (m < 0 && (!sb_append(&b->scratch, left, left_len) || !sb_append(&b->scratch, right, right_len))) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     if (m < 0)
         m = id_table_find(&t->vocab, &t->text, b->scratch.data, b->scratch.len);
     if (m < 0) {
-        set_err(err, err_size, "merge of %s and %s gives %s, which is not in the vocabulary",
+        sy_errmsg(err, err_size, "merge of %s and %s gives %s, which is not in the vocabulary",
                 show_text(shown, sizeof shown, left, left_len), show_text(shown2, sizeof shown2, right, right_len),
                 show_text(shown3, sizeof shown3, b->scratch.data, b->scratch.len));
         return false;
     }
     if (t->n_merges >= UINT32_MAX - 1) {
-        set_err(err, err_size, "too many merges");
+        sy_errmsg(err, err_size, "too many merges");
         return false;
     }
     if (!grow_array((void **)&t->merge_list, &t->merge_list_cap, (t->n_merges + 1) * 2, sizeof(int32_t)) ||
         !merge_put(&t->merges, a, c, (uint32_t)t->n_merges, m)) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     b->last_merged = m;
@@ -1093,7 +1085,7 @@ bool sy_bpe_builder_add_merge_line(sy_bpe_builder *b, const char *line, size_t l
     size_t left_len;
     char shown[128];
     if (!split_merge_line(line, len, &left_len)) {
-        set_err(err, err_size, "merge %s is not two tokens separated by one space",
+        sy_errmsg(err, err_size, "merge %s is not two tokens separated by one space",
                 show_text(shown, sizeof shown, line, len));
         return false;
     }
@@ -1196,7 +1188,7 @@ bool sy_bpe_builder_add_merge_lines(sy_bpe_builder *b, const char *const *lines,
         if (good < m) {
             if (failed)
                 *failed = start + good;
-            set_err(err, err_size, "merge %s is not two tokens separated by one space",
+            sy_errmsg(err, err_size, "merge %s is not two tokens separated by one space",
                     show_text(shown, sizeof shown, lines[start + good], lens[start + good]));
             return false;
         }
@@ -1211,34 +1203,34 @@ bool sy_bpe_builder_add_added_token(sy_bpe_builder *b, const sy_bpe_added_token 
     size_t len = tok->content_len;
     int32_t id = tok->id;
     if (len == 0 || text == NULL) {
-        set_err(err, err_size, "added token %d has empty content", id);
+        sy_errmsg(err, err_size, "added token %d has empty content", id);
         return false;
     }
     if (len > SY_BPE_MAX_TOKEN_BYTES) {
-        set_err(err, err_size, "added token %d is %zu bytes long (at most %u)", id, len, SY_BPE_MAX_TOKEN_BYTES);
+        sy_errmsg(err, err_size, "added token %d is %zu bytes long (at most %u)", id, len, SY_BPE_MAX_TOKEN_BYTES);
         return false;
     }
     show_text(shown, sizeof shown, text, len);
     if (id < 0 || (uint32_t)id >= SY_BPE_MAX_TOKENS) {
-        set_err(err, err_size, "added token %s has id %d, outside 0..%u", shown, id, SY_BPE_MAX_TOKENS - 1);
+        sy_errmsg(err, err_size, "added token %s has id %d, outside 0..%u", shown, id, SY_BPE_MAX_TOKENS - 1);
         return false;
     }
     if (utf8_invalid_offset(text, len) != len) {
-        set_err(err, err_size, "added token %d is not valid UTF-8", id);
+        sy_errmsg(err, err_size, "added token %d is not valid UTF-8", id);
         return false;
     }
     if (!ensure_ids(t, (uint32_t)id)) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     uint64_t h = hash_bytes(text, len);
     int32_t twin = id_table_find_h(&t->added_ix, &t->text, text, len, h);
     if (twin >= 0) {
-        set_err(err, err_size, "added token %s appears twice (ids %d and %d)", shown, twin, id);
+        sy_errmsg(err, err_size, "added token %s appears twice (ids %d and %d)", shown, twin, id);
         return false;
     }
     if (t->kind[id] & KIND_ADDED) {
-        set_err(err, err_size, "added token %s reuses id %d of another added token", shown, id);
+        sy_errmsg(err, err_size, "added token %s reuses id %d of another added token", shown, id);
         return false;
     }
     if (t->kind[id] & KIND_VOCAB) {
@@ -1246,25 +1238,25 @@ bool sy_bpe_builder_add_added_token(sy_bpe_builder *b, const sy_bpe_added_token 
         const char *o = store_text(&t->text, (uint32_t)id, &ol);
         if (ol != len || memcmp(o, text, len) != 0) {
             char other[128];
-            set_err(err, err_size, "added token %s has id %d, which the vocabulary gives to %s", shown, id,
+            sy_errmsg(err, err_size, "added token %s has id %d, which the vocabulary gives to %s", shown, id,
                     show_text(other, sizeof other, o, ol));
             return false;
         }
     } else {
         int32_t in_vocab = id_table_find_h(&t->vocab, &t->text, text, len, h);
         if (in_vocab >= 0) {
-            set_err(err, err_size, "added token %s has id %d but the vocabulary has it as id %d", shown, id,
+            sy_errmsg(err, err_size, "added token %s has id %d but the vocabulary has it as id %d", shown, id,
                     in_vocab);
             return false;
         }
         if (!store_token_text(t, (uint32_t)id, text, len)) {
-            set_err(err, err_size, "out of memory");
+            sy_errmsg(err, err_size, "out of memory");
             return false;
         }
     }
     if (!id_table_insert(&t->added_ix, &t->text, (uint32_t)id, h) ||
         !grow_array((void **)&t->added, &t->added_cap, t->n_added + 1, sizeof(added_token))) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     t->added[t->n_added++] = (added_token){.id = id,
@@ -1285,11 +1277,11 @@ bool sy_bpe_builder_add_split(sy_bpe_builder *b, const char *pattern, size_t len
                               sy_bpe_split_behavior behavior, bool invert, char *err, size_t err_size) {
     sy_bpe *t = b->t;
     if (t->n_splits >= SY_BPE_MAX_SPLITS) {
-        set_err(err, err_size, "more than %u pre-tokenizer split steps", SY_BPE_MAX_SPLITS);
+        sy_errmsg(err, err_size, "more than %u pre-tokenizer split steps", SY_BPE_MAX_SPLITS);
         return false;
     }
     if ((unsigned)behavior > SY_BPE_SPLIT_CONTIGUOUS) {
-        set_err(err, err_size, "unknown split behavior %u", (unsigned)behavior);
+        sy_errmsg(err, err_size, "unknown split behavior %u", (unsigned)behavior);
         return false;
     }
     pcre2_code *re = compile_pattern(pattern, len, is_regex, err, err_size);
@@ -1321,7 +1313,7 @@ bool sy_bpe_builder_set_unknown(sy_bpe_builder *b, const char *unk_text, size_t 
     char shown[128];
     int32_t id = id_table_find(&b->t->vocab, &b->t->text, unk_text, len);
     if (id < 0) {
-        set_err(err, err_size, "unknown token %s is not in the vocabulary",
+        sy_errmsg(err, err_size, "unknown token %s is not in the vocabulary",
                 show_text(shown, sizeof shown, unk_text, len));
         return false;
     }
@@ -1333,7 +1325,7 @@ bool sy_bpe_builder_set_unknown(sy_bpe_builder *b, const char *unk_text, size_t 
 bool sy_bpe_builder_set_template(sy_bpe_builder *b, const int32_t *prefix, size_t n_prefix, const int32_t *suffix,
                                  size_t n_suffix, char *err, size_t err_size) {
     if (n_prefix > BPE_MAX_TEMPLATE || n_suffix > BPE_MAX_TEMPLATE) {
-        set_err(err, err_size, "post-processor template has more than %d tokens on one side", BPE_MAX_TEMPLATE);
+        sy_errmsg(err, err_size, "post-processor template has more than %d tokens on one side", BPE_MAX_TEMPLATE);
         return false;
     }
     if (n_prefix)
@@ -1364,11 +1356,11 @@ bool sy_bpe_builder_use_preset(sy_bpe_builder *b, const char *name, char *err, s
         regex = SMOLLM_DIGITS_REGEX;
         use_regex = true;
     } else {
-        set_err(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, lfm2, gpt-2, smollm)", name);
+        sy_errmsg(err, err_size, "unknown pre-tokenizer \"%s\" (known: qwen2, llama-bpe, lfm2, gpt-2, smollm)", name);
         return false;
     }
     if (b->t->n_splits != 0) {
-        set_err(err, err_size, "pre-tokenizer preset \"%s\" given after split steps", name);
+        sy_errmsg(err, err_size, "pre-tokenizer preset \"%s\" given after split steps", name);
         return false;
     }
     if (regex != NULL &&
@@ -1501,7 +1493,7 @@ sy_bpe *sy_bpe_builder_finish(sy_bpe_builder *b, char *err, size_t err_size) {
     free(b);
 
     if (t->n_vocab == 0) {
-        set_err(err, err_size, "the vocabulary is empty");
+        sy_errmsg(err, err_size, "the vocabulary is empty");
         goto fail;
     }
     /* Initial symbols: the one-character token of every byte. */
@@ -1528,7 +1520,7 @@ sy_bpe *sy_bpe_builder_finish(sy_bpe_builder *b, char *err, size_t err_size) {
     t->bytes_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->bytes_off);
     t->bytes = malloc(t->text.arena_len + 1);
     if (t->bytes_off == NULL || t->bytes == NULL) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         goto fail;
     }
     size_t pos = 0;
@@ -1564,7 +1556,7 @@ sy_bpe *sy_bpe_builder_finish(sy_bpe_builder *b, char *err, size_t err_size) {
                 bool failed;
                 char *norm = normalize_text(t->normalization, s, len, &nlen, &failed);
                 if (failed) {
-                    set_err(err, err_size, "added token %s cannot be normalized",
+                    sy_errmsg(err, err_size, "added token %s cannot be normalized",
                             show_text(shown, sizeof shown, s, len));
                     goto fail;
                 }
@@ -1576,7 +1568,7 @@ sy_bpe *sy_bpe_builder_finish(sy_bpe_builder *b, char *err, size_t err_size) {
                 ok = trie_insert(&t->raw_trie, s, len, (int32_t)i);
             }
             if (!ok) {
-                set_err(err, err_size, "out of memory");
+                sy_errmsg(err, err_size, "out of memory");
                 goto fail;
             }
         }
@@ -1589,7 +1581,7 @@ sy_bpe *sy_bpe_builder_finish(sy_bpe_builder *b, char *err, size_t err_size) {
     for (size_t i = 0; i < t->n_prefix + t->n_suffix; i++) {
         int32_t id = i < t->n_prefix ? t->prefix[i] : t->suffix[i - t->n_prefix];
         if (id < 0 || (uint32_t)id >= t->n_vocab || t->kind[id] == 0) {
-            set_err(err, err_size, "post-processor template names id %d, which is not a token", id);
+            sy_errmsg(err, err_size, "post-processor template names id %d, which is not a token", id);
             goto fail;
         }
     }
@@ -1748,7 +1740,7 @@ typedef struct encoder {
 } encoder;
 
 static bool enc_oom(encoder *e) {
-    set_err(e->err, e->err_size, "out of memory");
+    sy_errmsg(e->err, e->err_size, "out of memory");
     return false;
 }
 
@@ -1908,14 +1900,14 @@ static bool regex_segments(encoder *e, const pcre2_code *re, const char *s, size
             PCRE2_UCHAR msg[160];
             if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
                 snprintf((char *)msg, sizeof msg, "error %d", rc);
-            set_err(e->err, e->err_size, "pre-tokenizer regex failed on a piece of %zu bytes: %s", n,
+            sy_errmsg(e->err, e->err_size, "pre-tokenizer regex failed on a piece of %zu bytes: %s", n,
                     (const char *)msg);
             return false;
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
         size_t ms = ov[0], me = ov[1];
         if (ms < from || me < ms || me > n) { /* only \K tricks can do this */
-            set_err(e->err, e->err_size, "pre-tokenizer regex reported a match outside the text");
+            sy_errmsg(e->err, e->err_size, "pre-tokenizer regex reported a match outside the text");
             return false;
         }
         if (prev < ms && !push_segment(e, &count, prev, ms - prev, false))
@@ -2224,7 +2216,7 @@ static bool encode_gap(encoder *e, const char *s, size_t n) {
     bool failed;
     char *norm = normalize_text(t->normalization, s, n, &norm_len, &failed);
     if (failed) {
-        set_err(e->err, e->err_size, "text normalization failed (out of memory?)");
+        sy_errmsg(e->err, e->err_size, "text normalization failed (out of memory?)");
         return false;
     }
     const char *x = norm ? norm : s;
@@ -2255,12 +2247,12 @@ void sy_bpe_ids_free(sy_bpe_ids *ids) {
 bool sy_bpe_tokenize(const sy_bpe *t, const char *text, size_t len, uint32_t flags, sy_bpe_ids *out, char *err,
                      size_t err_size) {
     if (t == NULL || out == NULL || (text == NULL && len > 0)) {
-        set_err(err, err_size, "tokenize: missing argument");
+        sy_errmsg(err, err_size, "tokenize: missing argument");
         return false;
     }
     size_t bad = utf8_invalid_offset(text, len);
     if (bad != len) {
-        set_err(err, err_size, "text is not valid UTF-8 at byte %zu", bad);
+        sy_errmsg(err, err_size, "text is not valid UTF-8 at byte %zu", bad);
         return false;
     }
     size_t start_n = out->n;
@@ -2347,13 +2339,13 @@ bool sy_bpe_decode(const sy_bpe *t, const int32_t *ids, size_t n, bool skip_spec
         size_t bl;
         const char *b = sy_bpe_token_bytes(t, ids[i], &bl);
         if (b == NULL) {
-            set_err(err, err_size, "id %d at position %zu is not a token", ids[i], i);
+            sy_errmsg(err, err_size, "id %d at position %zu is not a token", ids[i], i);
             return false;
         }
         if (skip_special && (t->flags[ids[i]] & SY_TOKEN_CONTROL))
             continue;
         if (bl > SIZE_MAX - *len - 1 || !grow_array((void **)out, cap, *len + bl + 1, 1)) {
-            set_err(err, err_size, "out of memory");
+            sy_errmsg(err, err_size, "out of memory");
             return false;
         }
         memcpy(*out + *len, b, bl);
@@ -2406,7 +2398,7 @@ typedef struct json_span {
 } json_span;
 
 static bool jfail(jscan *j, const char *what) {
-    set_err(j->err, j->err_size, "invalid JSON at byte %zu: %s", (size_t)(j->p - j->base), what);
+    sy_errmsg(j->err, j->err_size, "invalid JSON at byte %zu: %s", (size_t)(j->p - j->base), what);
     return false;
 }
 
@@ -2791,7 +2783,7 @@ static bool jnext_member(jscan *j, bool *first, strbuf *buf, const char **key, s
 static bool read_whole_file(const char *path, char **data, size_t *len, char *err, size_t err_size) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
     strbuf b = {0};
@@ -2813,16 +2805,16 @@ static bool read_whole_file(const char *path, char **data, size_t *len, char *er
             break;
         b.len += n;
         if (b.len > BPE_MAX_JSON_BYTES) {
-            set_err(err, err_size, "%s: larger than %zu bytes", path, BPE_MAX_JSON_BYTES);
+            sy_errmsg(err, err_size, "%s: larger than %zu bytes", path, BPE_MAX_JSON_BYTES);
             fclose(f);
             sb_free(&b);
             return false;
         }
     }
     if (!ok)
-        set_err(err, err_size, "%s: out of memory", path);
+        sy_errmsg(err, err_size, "%s: out of memory", path);
     else if (ferror(f)) {
-        set_err(err, err_size, "%s: read error", path);
+        sy_errmsg(err, err_size, "%s: read error", path);
         ok = false;
     }
     fclose(f);
@@ -2890,7 +2882,7 @@ static bool flush_vocab(load_batch *lb, sy_bpe_builder *b, jscan *j) {
         lens[i] = lb->left[i].len;
     }
     if (!add_tokens_batched(b, texts, lens, lb->ids, 0, lb->n, true, &failed, inner, sizeof inner)) {
-        set_err(j->err, j->err_size, "model.vocab: %s", inner);
+        sy_errmsg(j->err, j->err_size, "model.vocab: %s", inner);
         return false;
     }
     lb->first_index += lb->n;
@@ -2910,7 +2902,7 @@ static bool flush_merges(load_batch *lb, sy_bpe_builder *b, jscan *j) {
         right_lens[i] = lb->right[i].len;
     }
     if (!add_merges_batched(b, lefts, left_lens, rights, right_lens, lb->n, &failed, inner, sizeof inner)) {
-        set_err(j->err, j->err_size, "model.merges[%zu]: %s", lb->first_index + failed, inner);
+        sy_errmsg(j->err, j->err_size, "model.merges[%zu]: %s", lb->first_index + failed, inner);
         return false;
     }
     lb->first_index += lb->n;
@@ -2926,13 +2918,13 @@ static bool parse_vocab(jscan *j, sy_bpe_builder *b) {
     const char *k;
     size_t kn;
     if (!ok)
-        set_err(j->err, j->err_size, "out of memory");
+        sy_errmsg(j->err, j->err_size, "out of memory");
     while (ok && jnext_member(j, &first, &key, &k, &kn, &failed)) {
         bool is_uint;
         uint64_t id;
         char shown[128];
         if (!(jpeek(j, '-') || (j->p < j->end && is_digit(*j->p)))) {
-            set_err(j->err, j->err_size, "model.vocab: the id of %s is not a number",
+            sy_errmsg(j->err, j->err_size, "model.vocab: the id of %s is not a number",
                     show_text(shown, sizeof shown, k, kn));
             ok = false;
             break;
@@ -2942,14 +2934,14 @@ static bool parse_vocab(jscan *j, sy_bpe_builder *b) {
             break;
         }
         if (!is_uint || id >= SY_BPE_MAX_TOKENS) {
-            set_err(j->err, j->err_size, "model.vocab: the id of %s is not an integer in 0..%u",
+            sy_errmsg(j->err, j->err_size, "model.vocab: the id of %s is not an integer in 0..%u",
                     show_text(shown, sizeof shown, k, kn), SY_BPE_MAX_TOKENS - 1);
             ok = false;
             break;
         }
         lb->ids[lb->n] = (int32_t)id;
         if (!batch_keep(lb, j, &lb->left[lb->n], k, kn)) {
-            set_err(j->err, j->err_size, "out of memory");
+            sy_errmsg(j->err, j->err_size, "out of memory");
             ok = false;
             break;
         }
@@ -2968,7 +2960,7 @@ static bool parse_merges(jscan *j, sy_bpe_builder *b) {
     strbuf left_buf = {0}, right_buf = {0};
     load_batch *lb = calloc(1, sizeof *lb);
     if (lb == NULL) {
-        set_err(j->err, j->err_size, "out of memory");
+        sy_errmsg(j->err, j->err_size, "out of memory");
         return false;
     }
     bool ok = jexpect(j, '[', "model.merges: expected an array");
@@ -2990,7 +2982,7 @@ static bool parse_merges(jscan *j, sy_bpe_builder *b) {
                 char shown[128];
                 ok = flush_merges(lb, b, j); /* an earlier entry's error comes first */
                 if (ok)
-                    set_err(j->err, j->err_size, "model.merges[%zu]: %s is not two tokens separated by one space",
+                    sy_errmsg(j->err, j->err_size, "model.merges[%zu]: %s is not two tokens separated by one space",
                             index, show_text(shown, sizeof shown, left, left_len));
                 ok = false;
                 break;
@@ -3012,7 +3004,7 @@ static bool parse_merges(jscan *j, sy_bpe_builder *b) {
             }
         } else {
             if (flush_merges(lb, b, j))
-                set_err(j->err, j->err_size, "model.merges[%zu]: expected a string or a pair of strings", index);
+                sy_errmsg(j->err, j->err_size, "model.merges[%zu]: expected a string or a pair of strings", index);
             ok = false;
             break;
         }
@@ -3020,7 +3012,7 @@ static bool parse_merges(jscan *j, sy_bpe_builder *b) {
             break;
         if (!batch_keep(lb, j, &lb->left[lb->n], left, left_len) ||
             !batch_keep(lb, j, &lb->right[lb->n], right, right_len)) {
-            set_err(j->err, j->err_size, "out of memory");
+            sy_errmsg(j->err, j->err_size, "out of memory");
             ok = false;
             break;
         }
@@ -3051,14 +3043,14 @@ static bool parse_model(jscan *j, sy_bpe_builder *b, json_doc *d) {
     if (!jpeek(j, '{')) {
         if (j->p >= j->end)
             return jfail(j, "unexpected end of input");
-        set_err(j->err, j->err_size, "model: expected an object");
+        sy_errmsg(j->err, j->err_size, "model: expected an object");
         return false;
     }
     while (ok && jnext_member(j, &first, &key, &k, &kn, &failed)) {
         json_span *dst = NULL;
         if (key_is(k, kn, "vocab")) {
             if (d->have_vocab) {
-                set_err(j->err, j->err_size, "model.vocab appears twice");
+                sy_errmsg(j->err, j->err_size, "model.vocab appears twice");
                 ok = false;
                 break;
             }
@@ -3068,7 +3060,7 @@ static bool parse_model(jscan *j, sy_bpe_builder *b, json_doc *d) {
         }
         if (key_is(k, kn, "merges")) {
             if (d->merges.present) {
-                set_err(j->err, j->err_size, "model.merges appears twice");
+                sy_errmsg(j->err, j->err_size, "model.merges appears twice");
                 ok = false;
                 break;
             }
@@ -3098,7 +3090,7 @@ static bool parse_model(jscan *j, sy_bpe_builder *b, json_doc *d) {
         else if (key_is(k, kn, "ignore_merges"))
             dst = &d->ignore_merges;
         if (dst != NULL && dst->present) {
-            set_err(j->err, j->err_size, "model.%.*s appears twice", (int)kn, k);
+            sy_errmsg(j->err, j->err_size, "model.%.*s appears twice", (int)kn, k);
             ok = false;
             break;
         }
@@ -3109,11 +3101,11 @@ static bool parse_model(jscan *j, sy_bpe_builder *b, json_doc *d) {
     if (!ok || failed)
         return false;
     if (!d->have_vocab) {
-        set_err(j->err, j->err_size, "model.vocab is missing");
+        sy_errmsg(j->err, j->err_size, "model.vocab is missing");
         return false;
     }
     if (!d->merges.present) {
-        set_err(j->err, j->err_size, "model.merges is missing");
+        sy_errmsg(j->err, j->err_size, "model.merges is missing");
         return false;
     }
     if (d->merges.p != NULL) { /* merges came before the vocab: read them now */
@@ -3130,12 +3122,12 @@ static bool parse_model(jscan *j, sy_bpe_builder *b, json_doc *d) {
 
 static cJSON *parse_span(const json_span *s, const char *what, char *err, size_t err_size) {
     if (s->saw_nul) {
-        set_err(err, err_size, "%s: strings containing U+0000 are not supported here", what);
+        sy_errmsg(err, err_size, "%s: strings containing U+0000 are not supported here", what);
         return NULL;
     }
     cJSON *v = cJSON_ParseWithLength(s->p, s->len);
     if (v == NULL)
-        set_err(err, err_size, "%s: cannot be parsed (out of memory?)", what);
+        sy_errmsg(err, err_size, "%s: cannot be parsed (out of memory?)", what);
     return v;
 }
 
@@ -3143,7 +3135,7 @@ static bool unique_keys(const cJSON *obj, const char *ctx, char *err, size_t err
     for (const cJSON *a = obj->child; a != NULL; a = a->next)
         for (const cJSON *c = a->next; c != NULL; c = c->next)
             if (strcmp(a->string, c->string) == 0) {
-                set_err(err, err_size, "%s: key \"%s\" appears twice", ctx, a->string);
+                sy_errmsg(err, err_size, "%s: key \"%s\" appears twice", ctx, a->string);
                 return false;
             }
     return true;
@@ -3151,7 +3143,7 @@ static bool unique_keys(const cJSON *obj, const char *ctx, char *err, size_t err
 
 static bool want_object(const cJSON *v, const char *ctx, char *err, size_t err_size) {
     if (!cJSON_IsObject(v)) {
-        set_err(err, err_size, "%s: expected an object", ctx);
+        sy_errmsg(err, err_size, "%s: expected an object", ctx);
         return false;
     }
     return unique_keys(v, ctx, err, err_size);
@@ -3165,7 +3157,7 @@ static bool get_bool(const cJSON *obj, const char *key, bool dflt, bool *out, co
         return true;
     }
     if (!cJSON_IsBool(v)) {
-        set_err(err, err_size, "%s.%s: expected true or false", ctx, key);
+        sy_errmsg(err, err_size, "%s.%s: expected true or false", ctx, key);
         return false;
     }
     *out = cJSON_IsTrue(v);
@@ -3180,7 +3172,7 @@ static bool get_string(const cJSON *obj, const char *key, const char **out, cons
     if (v == NULL || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsString(v)) {
-        set_err(err, err_size, "%s.%s: expected a string", ctx, key);
+        sy_errmsg(err, err_size, "%s.%s: expected a string", ctx, key);
         return false;
     }
     *out = v->valuestring;
@@ -3191,7 +3183,7 @@ static bool get_type(const cJSON *obj, const char **type, const char *ctx, char 
     if (!want_object(obj, ctx, err, err_size) || !get_string(obj, "type", type, ctx, err, err_size))
         return false;
     if (*type == NULL) {
-        set_err(err, err_size, "%s.type is missing", ctx);
+        sy_errmsg(err, err_size, "%s.type is missing", ctx);
         return false;
     }
     return true;
@@ -3200,7 +3192,7 @@ static bool get_type(const cJSON *obj, const char **type, const char *ctx, char 
 static bool get_id(const cJSON *v, int32_t *id, const char *ctx, char *err, size_t err_size) {
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble >= SY_BPE_MAX_TOKENS ||
         v->valuedouble != floor(v->valuedouble)) {
-        set_err(err, err_size, "%s: expected an integer id in 0..%u", ctx, SY_BPE_MAX_TOKENS - 1);
+        sy_errmsg(err, err_size, "%s: expected an integer id in 0..%u", ctx, SY_BPE_MAX_TOKENS - 1);
         return false;
     }
     *id = (int32_t)v->valuedouble;
@@ -3211,14 +3203,14 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
     bool ok = true;
     cJSON *v;
     if (!d->type.present) {
-        set_err(err, err_size, "model.type is missing (expected \"BPE\")");
+        sy_errmsg(err, err_size, "model.type is missing (expected \"BPE\")");
         return false;
     }
     v = parse_span(&d->type, "model.type", err, err_size);
     if (v == NULL)
         return false;
     if (!cJSON_IsString(v) || strcmp(v->valuestring, "BPE") != 0) {
-        set_err(err, err_size, "model.type is %s%s%s; only \"BPE\" is supported here", cJSON_IsString(v) ? "\"" : "",
+        sy_errmsg(err, err_size, "model.type is %s%s%s; only \"BPE\" is supported here", cJSON_IsString(v) ? "\"" : "",
                 cJSON_IsString(v) ? v->valuestring : "not a string", cJSON_IsString(v) ? "\"" : "");
         ok = false;
     }
@@ -3228,7 +3220,7 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
         if (v == NULL)
             return false;
         if (!cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0.0)) {
-            set_err(err, err_size, "model.dropout: BPE dropout (a training option) is not supported");
+            sy_errmsg(err, err_size, "model.dropout: BPE dropout (a training option) is not supported");
             ok = false;
         }
         cJSON_Delete(v);
@@ -3242,7 +3234,7 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
         if (v == NULL)
             return false;
         if (!cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0')) {
-            set_err(err, err_size, "%s: only null or \"\" is supported for a byte-level BPE", affix_names[i]);
+            sy_errmsg(err, err_size, "%s: only null or \"\" is supported for a byte-level BPE", affix_names[i]);
             ok = false;
         }
         cJSON_Delete(v);
@@ -3259,7 +3251,7 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
         if (cJSON_IsBool(v)) {
             values[i] = cJSON_IsTrue(v);
         } else if (!cJSON_IsNull(v)) {
-            set_err(err, err_size, "%s: expected true or false", flag_names[i]);
+            sy_errmsg(err, err_size, "%s: expected true or false", flag_names[i]);
             ok = false;
         }
         cJSON_Delete(v);
@@ -3276,11 +3268,11 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
             char inner[256];
             if (!sy_bpe_builder_set_unknown(b, v->valuestring, strlen(v->valuestring), values[0], inner,
                                             sizeof inner)) {
-                set_err(err, err_size, "model.unk_token: %s", inner);
+                sy_errmsg(err, err_size, "model.unk_token: %s", inner);
                 ok = false;
             }
         } else if (!cJSON_IsNull(v)) {
-            set_err(err, err_size, "model.unk_token: expected a string or null");
+            sy_errmsg(err, err_size, "model.unk_token: expected a string or null");
             ok = false;
         }
         cJSON_Delete(v);
@@ -3292,7 +3284,7 @@ static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, si
     if (cJSON_IsNull(arr))
         return true;
     if (!cJSON_IsArray(arr)) {
-        set_err(err, err_size, "added_tokens: expected an array");
+        sy_errmsg(err, err_size, "added_tokens: expected an array");
         return false;
     }
     size_t index = 0;
@@ -3307,13 +3299,13 @@ static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, si
         snprintf(idctx, sizeof idctx, "%s.id", ctx);
         const cJSON *idv = cJSON_GetObjectItemCaseSensitive(it, "id");
         if (idv == NULL) {
-            set_err(err, err_size, "%s.id is missing", ctx);
+            sy_errmsg(err, err_size, "%s.id is missing", ctx);
             return false;
         }
         if (!get_id(idv, &tok.id, idctx, err, err_size) || !get_string(it, "content", &content, ctx, err, err_size))
             return false;
         if (content == NULL) {
-            set_err(err, err_size, "%s.content is missing", ctx);
+            sy_errmsg(err, err_size, "%s.content is missing", ctx);
             return false;
         }
         tok.content = content;
@@ -3326,7 +3318,7 @@ static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, si
             return false;
         char inner[300];
         if (!sy_bpe_builder_add_added_token(b, &tok, inner, sizeof inner)) {
-            set_err(err, err_size, "%s: %s", ctx, inner);
+            sy_errmsg(err, err_size, "%s: %s", ctx, inner);
             return false;
         }
     }
@@ -3341,7 +3333,7 @@ static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, 
     if (cJSON_IsNull(n))
         return true;
     if (depth > 8) {
-        set_err(err, err_size, "%s: Sequence nested too deeply", ctx);
+        sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
         return false;
     }
     if (!get_type(n, &type, ctx, err, err_size))
@@ -3349,7 +3341,7 @@ static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, 
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_size, "%s.normalizers: expected an array", ctx);
+            sy_errmsg(err, err_size, "%s.normalizers: expected an array", ctx);
             return false;
         }
         size_t i = 0;
@@ -3368,7 +3360,7 @@ static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, 
         *compose = type[strlen(type) - 1] == 'C';
         return true;
     }
-    set_err(err, err_size, "%s: type \"%s\" is not supported (NFC, NFD, NFKC, NFKD or a Sequence of them)", ctx,
+    sy_errmsg(err, err_size, "%s: type \"%s\" is not supported (NFC, NFD, NFKC, NFKD or a Sequence of them)", ctx,
             type);
     return false;
 }
@@ -3377,7 +3369,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
                                char *err, size_t err_size) {
     const char *type;
     if (depth > 8) {
-        set_err(err, err_size, "%s: Sequence nested too deeply", ctx);
+        sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
         return false;
     }
     if (!get_type(pt, &type, ctx, err, err_size))
@@ -3385,7 +3377,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_size, "%s.pretokenizers: expected an array", ctx);
+            sy_errmsg(err, err_size, "%s.pretokenizers: expected an array", ctx);
             return false;
         }
         size_t i = 0;
@@ -3400,7 +3392,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
     if (strcmp(type, "ByteLevel") == 0) {
         bool add_prefix_space, use_regex, trim_offsets;
         if (*saw_byte_level) {
-            set_err(err, err_size, "%s: a second ByteLevel step", ctx);
+            sy_errmsg(err, err_size, "%s: a second ByteLevel step", ctx);
             return false;
         }
         if (!get_bool(pt, "add_prefix_space", true, &add_prefix_space, ctx, err, err_size) ||
@@ -3413,7 +3405,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
     }
     if (strcmp(type, "Split") == 0) {
         if (*saw_byte_level) {
-            set_err(err, err_size, "%s: a Split after the ByteLevel step is not supported (ByteLevel must come last)",
+            sy_errmsg(err, err_size, "%s: a Split after the ByteLevel step is not supported (ByteLevel must come last)",
                     ctx);
             return false;
         }
@@ -3428,7 +3420,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
             !get_string(pt, "behavior", &behavior, ctx, err, err_size))
             return false;
         if ((regex == NULL) == (literal == NULL) || cJSON_GetArraySize(pattern) != 1) {
-            set_err(err, err_size, "%s: expected exactly one of \"Regex\" or \"String\"", pctx);
+            sy_errmsg(err, err_size, "%s: expected exactly one of \"Regex\" or \"String\"", pctx);
             return false;
         }
         static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
@@ -3438,7 +3430,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
             if (strcmp(behavior, names[i]) == 0)
                 which = i;
         if (which < 0) {
-            set_err(err, err_size,
+            sy_errmsg(err, err_size,
                     "%s.behavior: expected one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous",
                     ctx);
             return false;
@@ -3450,12 +3442,12 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
         char inner[400];
         if (!sy_bpe_builder_add_split(b, pat, strlen(pat), regex != NULL, (sy_bpe_split_behavior)which, invert, inner,
                                       sizeof inner)) {
-            set_err(err, err_size, "%s: %s", ctx, inner);
+            sy_errmsg(err, err_size, "%s: %s", ctx, inner);
             return false;
         }
         return true;
     }
-    set_err(err, err_size, "%s: type \"%s\" is not supported (Split, ByteLevel or a Sequence of them)", ctx, type);
+    sy_errmsg(err, err_size, "%s: type \"%s\" is not supported (Split, ByteLevel or a Sequence of them)", ctx, type);
     return false;
 }
 
@@ -3463,7 +3455,7 @@ static bool load_decoder(const cJSON *d, int depth, bool *saw_byte_level, const 
                          size_t err_size) {
     const char *type;
     if (depth > 8) {
-        set_err(err, err_size, "%s: Sequence nested too deeply", ctx);
+        sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
         return false;
     }
     if (!get_type(d, &type, ctx, err, err_size))
@@ -3475,7 +3467,7 @@ static bool load_decoder(const cJSON *d, int depth, bool *saw_byte_level, const 
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_size, "%s.decoders: expected an array", ctx);
+            sy_errmsg(err, err_size, "%s.decoders: expected an array", ctx);
             return false;
         }
         size_t i = 0;
@@ -3487,7 +3479,7 @@ static bool load_decoder(const cJSON *d, int depth, bool *saw_byte_level, const 
         }
         return true;
     }
-    set_err(err, err_size, "%s: type \"%s\" is not supported (a byte-level BPE decodes with ByteLevel)", ctx, type);
+    sy_errmsg(err, err_size, "%s: type \"%s\" is not supported (a byte-level BPE decodes with ByteLevel)", ctx, type);
     return false;
 }
 
@@ -3500,7 +3492,7 @@ typedef struct template_ids {
 static bool template_add(template_ids *tp, bool after, int32_t id, const char *ctx, char *err, size_t err_size) {
     size_t *n = after ? &tp->n_suffix : &tp->n_prefix;
     if (*n >= BPE_MAX_TEMPLATE) {
-        set_err(err, err_size, "%s: more than %d template tokens on one side", ctx, BPE_MAX_TEMPLATE);
+        sy_errmsg(err, err_size, "%s: more than %d template tokens on one side", ctx, BPE_MAX_TEMPLATE);
         return false;
     }
     (after ? tp->suffix : tp->prefix)[(*n)++] = id;
@@ -3514,7 +3506,7 @@ static bool template_pair(const cJSON *pt, const char *key, int32_t *id, const c
     char sub[112];
     snprintf(sub, sizeof sub, "%s.%s", ctx, key);
     if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsString(pair->child)) {
-        set_err(err, err_size, "%s: expected [\"token\", id]", sub);
+        sy_errmsg(err, err_size, "%s: expected [\"token\", id]", sub);
         return false;
     }
     return get_id(pair->child->next, id, sub, err, err_size);
@@ -3526,7 +3518,7 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     if (cJSON_IsNull(pp))
         return true;
     if (depth > 8) {
-        set_err(err, err_size, "%s: Sequence nested too deeply", ctx);
+        sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
         return false;
     }
     if (!get_type(pp, &type, ctx, err, err_size))
@@ -3536,7 +3528,7 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_size, "%s.processors: expected an array", ctx);
+            sy_errmsg(err, err_size, "%s.processors: expected an array", ctx);
             return false;
         }
         size_t i = 0;
@@ -3551,11 +3543,11 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     bool is_template = strcmp(type, "TemplateProcessing") == 0;
     bool is_pair = strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0;
     if (!is_template && !is_pair) {
-        set_err(err, err_size, "%s: type \"%s\" is not supported", ctx, type);
+        sy_errmsg(err, err_size, "%s: type \"%s\" is not supported", ctx, type);
         return false;
     }
     if (tp->set) {
-        set_err(err, err_size, "%s: a second template post-processor", ctx);
+        sy_errmsg(err, err_size, "%s: a second template post-processor", ctx);
         return false;
     }
     tp->set = true;
@@ -3568,7 +3560,7 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
     const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
     if (!cJSON_IsArray(single)) {
-        set_err(err, err_size, "%s.single: expected an array", ctx);
+        sy_errmsg(err, err_size, "%s.single: expected an array", ctx);
         return false;
     }
     if (specials != NULL && !cJSON_IsNull(specials) && !want_object(specials, ctx, err, err_size))
@@ -3583,12 +3575,12 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
         const cJSON *seq = cJSON_GetObjectItemCaseSensitive(it, "Sequence");
         const cJSON *spec = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
         if ((seq == NULL) == (spec == NULL) || cJSON_GetArraySize(it) != 1) {
-            set_err(err, err_size, "%s: expected {\"Sequence\": ...} or {\"SpecialToken\": ...}", sub);
+            sy_errmsg(err, err_size, "%s: expected {\"Sequence\": ...} or {\"SpecialToken\": ...}", sub);
             return false;
         }
         if (seq != NULL) {
             if (saw_sequence) {
-                set_err(err, err_size, "%s: a second sequence in a single-sequence template", sub);
+                sy_errmsg(err, err_size, "%s: a second sequence in a single-sequence template", sub);
                 return false;
             }
             saw_sequence = after = true;
@@ -3600,7 +3592,7 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
         const cJSON *entry = name && specials ? cJSON_GetObjectItemCaseSensitive(specials, name) : NULL;
         const cJSON *ids = entry ? cJSON_GetObjectItemCaseSensitive(entry, "ids") : NULL;
         if (!cJSON_IsArray(ids)) {
-            set_err(err, err_size, "%s: special token %s%s%s has no ids in special_tokens", sub, name ? "\"" : "",
+            sy_errmsg(err, err_size, "%s: special token %s%s%s has no ids in special_tokens", sub, name ? "\"" : "",
                     name ? name : "(unnamed)", name ? "\"" : "");
             return false;
         }
@@ -3611,7 +3603,7 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
         }
     }
     if (!saw_sequence) {
-        set_err(err, err_size, "%s.single: the template has no sequence", ctx);
+        sy_errmsg(err, err_size, "%s.single: the template has no sequence", ctx);
         return false;
     }
     return true;
@@ -3628,7 +3620,7 @@ static bool with_section(const json_span *s, const char *name, char *err, size_t
 
 sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t err_size) {
     if (json == NULL || len > BPE_MAX_JSON_BYTES) {
-        set_err(err, err_size, "tokenizer.json: missing or larger than %zu bytes", BPE_MAX_JSON_BYTES);
+        sy_errmsg(err, err_size, "tokenizer.json: missing or larger than %zu bytes", BPE_MAX_JSON_BYTES);
         return NULL;
     }
     sy_bpe_builder *b = sy_bpe_builder_new(err, err_size);
@@ -3659,7 +3651,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
         json_span *dst = NULL;
         if (key_is(k, kn, "model")) {
             if (d.have_model) {
-                set_err(err, err_size, "the key \"model\" appears twice");
+                sy_errmsg(err, err_size, "the key \"model\" appears twice");
                 ok = false;
                 break;
             }
@@ -3680,7 +3672,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
         else if (key_is(k, kn, "decoder"))
             dst = &d.decoder;
         if (dst != NULL && dst->present) {
-            set_err(err, err_size, "the key \"%.*s\" appears twice", (int)kn, k);
+            sy_errmsg(err, err_size, "the key \"%.*s\" appears twice", (int)kn, k);
             ok = false;
             break;
         }
@@ -3695,7 +3687,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
         goto fail;
     }
     if (!d.have_model) {
-        set_err(err, err_size, "the \"model\" section is missing");
+        sy_errmsg(err, err_size, "the \"model\" section is missing");
         goto fail;
     }
     if (!load_model_options(b, &d, err, err_size))
@@ -3704,7 +3696,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     if (!with_section(&d.version, "version", err, err_size, &section))
         goto fail;
     if (section != NULL && !(cJSON_IsString(section) && strcmp(section->valuestring, "1.0") == 0)) {
-        set_err(err, err_size, "version: only \"1.0\" is known");
+        sy_errmsg(err, err_size, "version: only \"1.0\" is known");
         goto fail;
     }
     cJSON_Delete(section);
@@ -3730,7 +3722,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     if (!with_section(&d.pre_tokenizer, "pre_tokenizer", err, err_size, &section))
         goto fail;
     if (section == NULL || cJSON_IsNull(section)) {
-        set_err(err, err_size, "pre_tokenizer is missing: a byte-level BPE needs a ByteLevel pre-tokenizer");
+        sy_errmsg(err, err_size, "pre_tokenizer is missing: a byte-level BPE needs a ByteLevel pre-tokenizer");
         goto fail;
     }
     if (!load_pre_tokenizer(b, section, 0, &saw_byte_level, "pre_tokenizer", err, err_size))
@@ -3738,7 +3730,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     cJSON_Delete(section);
     section = NULL;
     if (!saw_byte_level) {
-        set_err(err, err_size, "pre_tokenizer has no ByteLevel step: only byte-level BPE is supported here");
+        sy_errmsg(err, err_size, "pre_tokenizer has no ByteLevel step: only byte-level BPE is supported here");
         goto fail;
     }
 
@@ -3746,7 +3738,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     if (!with_section(&d.decoder, "decoder", err, err_size, &section))
         goto fail;
     if (section == NULL || cJSON_IsNull(section)) {
-        set_err(err, err_size, "decoder is missing: a byte-level BPE needs the ByteLevel decoder");
+        sy_errmsg(err, err_size, "decoder is missing: a byte-level BPE needs the ByteLevel decoder");
         goto fail;
     }
     if (!load_decoder(section, 0, &saw_byte_level, "decoder", err, err_size))
@@ -3754,7 +3746,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     cJSON_Delete(section);
     section = NULL;
     if (!saw_byte_level) {
-        set_err(err, err_size, "decoder has no ByteLevel step");
+        sy_errmsg(err, err_size, "decoder has no ByteLevel step");
         goto fail;
     }
 
@@ -3787,7 +3779,7 @@ sy_bpe *sy_bpe_load_json(const char *path, char *err, size_t err_size) {
     sy_bpe *t = sy_bpe_load_json_buffer(data, len, inner, sizeof inner);
     free(data);
     if (t == NULL)
-        set_err(err, err_size, "%s: %s", path, inner);
+        sy_errmsg(err, err_size, "%s: %s", path, inner);
     return t;
 }
 
@@ -3808,7 +3800,7 @@ void sy_tokenizer_config_free(sy_tokenizer_config *c) {
 static bool dup_string(const char *s, char **out, char *err, size_t err_size) {
     *out = strdup(s);
     if (*out == NULL) {
-        set_err(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return false;
     }
     return true;
@@ -3826,7 +3818,7 @@ static bool config_token(const cJSON *root, const char *key, char **out, char *e
         if (cJSON_IsString(content))
             return dup_string(content->valuestring, out, err, err_size);
     }
-    set_err(err, err_size, "%s: expected a string, an object with \"content\", or null", key);
+    sy_errmsg(err, err_size, "%s: expected a string, an object with \"content\", or null", key);
     return false;
 }
 
@@ -3835,7 +3827,7 @@ static bool config_flag(const cJSON *root, const char *key, int *out, char *err,
     if (v == NULL || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsBool(v)) {
-        set_err(err, err_size, "%s: expected true or false", key);
+        sy_errmsg(err, err_size, "%s: expected true or false", key);
         return false;
     }
     *out = cJSON_IsTrue(v) ? 1 : 0;
@@ -3846,7 +3838,7 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
     memset(out, 0, sizeof *out);
     out->add_bos_token = out->add_eos_token = -1;
     if (json == NULL || len > BPE_MAX_JSON_BYTES) {
-        set_err(err, err_size, "tokenizer_config.json: missing or too large");
+        sy_errmsg(err, err_size, "tokenizer_config.json: missing or too large");
         return false;
     }
     jscan j = {.base = json, .p = json, .end = json + len, .err = err, .err_size = err_size};
@@ -3856,12 +3848,12 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
     if (j.p != j.end)
         return jfail(&j, "trailing data after the document");
     if (j.saw_nul) {
-        set_err(err, err_size, "strings containing U+0000 are not supported");
+        sy_errmsg(err, err_size, "strings containing U+0000 are not supported");
         return false;
     }
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (root == NULL) {
-        set_err(err, err_size, "cannot be parsed (out of memory?)");
+        sy_errmsg(err, err_size, "cannot be parsed (out of memory?)");
         return false;
     }
     bool ok = want_object(root, "tokenizer_config", err, err_size) &&
@@ -3881,7 +3873,7 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
                 const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "template");
                 if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(text)) {
-                    set_err(err, err_size, "chat_template: list entries need a \"name\" and a \"template\" string");
+                    sy_errmsg(err, err_size, "chat_template: list entries need a \"name\" and a \"template\" string");
                     ok = false;
                     break;
                 }
@@ -3894,7 +3886,7 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
             if (ok && chosen != NULL)
                 ok = dup_string(chosen, &out->chat_template, err, err_size);
         } else {
-            set_err(err, err_size, "chat_template: expected a string or a list of named templates");
+            sy_errmsg(err, err_size, "chat_template: expected a string or a list of named templates");
             ok = false;
         }
     }
@@ -3915,6 +3907,6 @@ bool sy_tokenizer_config_load(const char *path, sy_tokenizer_config *out, char *
     bool ok = sy_tokenizer_config_parse(data, len, out, inner, sizeof inner);
     free(data);
     if (!ok)
-        set_err(err, err_size, "%s: %s", path, inner);
+        sy_errmsg(err, err_size, "%s: %s", path, inner);
     return ok;
 }

@@ -1,5 +1,6 @@
 /* A cache of built tokenizers: see tokenizer_cache.h. */
 #include "tokenizer_cache.h"
+#include "errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,15 +39,6 @@ static sy_tok_cache default_cache = {
     .built = PTHREAD_COND_INITIALIZER,
     .keep_unused = SY_TOK_CACHE_DEFAULT_KEEP,
 };
-
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 sy_tok_cache *sy_tok_cache_new(size_t keep_unused) {
     sy_tok_cache *c = calloc(1, sizeof *c);
@@ -139,7 +131,7 @@ sy_tok_ref *sy_tok_cache_acquire(sy_tok_cache *c, const sy_tok_key *key, sy_tok_
     e = calloc(1, sizeof *e);
     if (e == NULL) {
         pthread_mutex_unlock(&c->lock);
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     e->cache = c;
@@ -352,17 +344,17 @@ bool sy_tok_map_file(const char *path, size_t max_bytes, const char **data, size
                      size_t err_size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_error(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_error(err, err_size, "%s: not a regular file", path);
+        sy_errmsg(err, err_size, "%s: not a regular file", path);
         close(fd);
         return false;
     }
     if ((uint64_t)st.st_size > max_bytes) {
-        set_error(err, err_size, "%s: larger than %zu bytes", path, max_bytes);
+        sy_errmsg(err, err_size, "%s: larger than %zu bytes", path, max_bytes);
         close(fd);
         return false;
     }
@@ -375,7 +367,7 @@ bool sy_tok_map_file(const char *path, size_t max_bytes, const char **data, size
     void *m = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
-        set_error(err, err_size, "%s: cannot map: %s", path, strerror(errno));
+        sy_errmsg(err, err_size, "%s: cannot map: %s", path, strerror(errno));
         return false;
     }
     *data = m;

@@ -1,5 +1,6 @@
 /* SentencePiece (llama.cpp "SPM") tokenizer: see tokenizer_spm.h for the algorithm. */
 #include "tokenizer_spm.h"
+#include "errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,15 +31,6 @@ struct sy_spm {
     int32_t bos, eos, unk, pad, eot;
     bool add_bos, add_eos, add_space_prefix;
 };
-
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- vocabulary lookup ---- */
 
@@ -114,7 +106,7 @@ static bool read_token_id(const sy_gguf *g, const char *key, int32_t dflt, uint3
             *out = -1;
             return true;
         }
-        set_error(err, err_size, "metadata key '%s': expected an integer token id", key);
+        sy_errmsg(err, err_size, "metadata key '%s': expected an integer token id", key);
         return false;
     }
     if (r == 0) v = dflt < 0 ? UINT64_MAX : (uint64_t)dflt;
@@ -126,7 +118,7 @@ static bool read_flag(const sy_gguf *g, const char *key, bool dflt, bool *out, c
     int r = sy_gguf_get_bool(g, key, out);
     if (r == 0) *out = dflt;
     if (r < 0) {
-        set_error(err, err_size, "metadata key '%s': expected a bool", key);
+        sy_errmsg(err, err_size, "metadata key '%s': expected a bool", key);
         return false;
     }
     return true;
@@ -137,11 +129,11 @@ sy_spm *sy_spm_from_gguf(const sy_gguf *g, char *err, size_t err_size) {
     sy_gguf_type et;
     uint64_t n;
     if (k_tokens < 0 || !sy_gguf_kv_array(g, (uint64_t)k_tokens, &et, &n) || et != SY_GGUF_STRING) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.tokens': missing or not an array of strings");
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.tokens': missing or not an array of strings");
         return NULL;
     }
     if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.tokens': vocabulary of %llu tokens",
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.tokens': vocabulary of %llu tokens",
                   (unsigned long long)n);
         return NULL;
     }
@@ -150,14 +142,14 @@ sy_spm *sy_spm_from_gguf(const sy_gguf *g, char *err, size_t err_size) {
     uint64_t count;
     if (k_scores >= 0 && (!sy_gguf_kv_array(g, (uint64_t)k_scores, &et, &count) || count != n ||
                           (et != SY_GGUF_FLOAT32 && et != SY_GGUF_FLOAT64))) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.scores': expected %llu floats",
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.scores': expected %llu floats",
                   (unsigned long long)n);
         return NULL;
     }
     if (k_types >= 0 && (!sy_gguf_kv_array(g, (uint64_t)k_types, &et, &count) || count != n ||
                          et == SY_GGUF_STRING || et == SY_GGUF_FLOAT32 || et == SY_GGUF_FLOAT64 ||
                          et == SY_GGUF_BOOL)) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.token_type': expected %llu integers",
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.token_type': expected %llu integers",
                   (unsigned long long)n);
         return NULL;
     }
@@ -186,7 +178,7 @@ sy_spm *sy_spm_from_gguf(const sy_gguf *g, char *err, size_t err_size) {
         size_t len;
         sy_gguf_array_string(g, (uint64_t)k_tokens, i, &s, &len);
         if (len > UINT32_MAX) {
-            set_error(err, err_size, "tokenizer.ggml.tokens[%llu]: text too long", (unsigned long long)i);
+            sy_errmsg(err, err_size, "tokenizer.ggml.tokens[%llu]: text too long", (unsigned long long)i);
             sy_spm_free(t);
             return NULL;
         }
@@ -212,7 +204,7 @@ sy_spm *sy_spm_from_gguf(const sy_gguf *g, char *err, size_t err_size) {
         if (k_types >= 0 && !sy_gguf_array_int(g, (uint64_t)k_types, i, &type)) type = -1;
         if (type == 0) type = SY_SPM_TOKEN_NORMAL; /* "undefined" in llama.cpp: treated as normal text */
         if (type < SY_SPM_TOKEN_NORMAL || type > SY_SPM_TOKEN_BYTE) {
-            set_error(err, err_size, "tokenizer.ggml.token_type[%u]: invalid token type", i);
+            sy_errmsg(err, err_size, "tokenizer.ggml.token_type[%u]: invalid token type", i);
             sy_spm_free(t);
             return NULL;
         }
@@ -241,7 +233,7 @@ sy_spm *sy_spm_from_gguf(const sy_gguf *g, char *err, size_t err_size) {
     return t;
 
 oom:
-    set_error(err, err_size, "out of memory for a vocabulary of %llu tokens", (unsigned long long)n);
+    sy_errmsg(err, err_size, "out of memory for a vocabulary of %llu tokens", (unsigned long long)n);
     sy_spm_free(t);
     return NULL;
 }

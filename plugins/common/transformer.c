@@ -17,6 +17,7 @@
 
 #include "threadpool.h"
 #include "transformer_lfm2.h"
+#include "errmsg.h"
 
 #define LOGIT_ROWS 32   /* logits rows computed per pass through the output matrix (bounds that scratch) */
 #define ATTN_BLOCK 128  /* positions scored at a time in the online softmax */
@@ -87,15 +88,6 @@ struct sy_tf_model {
     _Atomic uint64_t resident_bytes;
 };
 
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 static void *alloc_counted(sy_tf_model *m, size_t n_bytes) {
     void *p = calloc(1, n_bytes ? n_bytes : 1);
     if (p) atomic_fetch_add(&m->resident_bytes, n_bytes);
@@ -108,24 +100,24 @@ bool sy_tf_check_matrix(const sy_tf_matrix *w, const char *fallback_name, uint64
                         size_t err_size) {
     const char *name = w->name ? w->name : fallback_name;
     if (w->data == NULL) {
-        set_error(err, err_size, "tensor %s is missing", name);
+        sy_errmsg(err, err_size, "tensor %s is missing", name);
         return false;
     }
     if (w->rows != rows || w->cols != cols) {
-        set_error(err, err_size, "tensor %s: shape %llu x %llu, expected %llu x %llu", name,
+        sy_errmsg(err, err_size, "tensor %s: shape %llu x %llu, expected %llu x %llu", name,
                   (unsigned long long)w->rows, (unsigned long long)w->cols, (unsigned long long)rows,
                   (unsigned long long)cols);
         return false;
     }
     if (!sy_matmul_supports(w->type)) {
         const sy_dtype_traits *t = sy_dtype_get(w->type);
-        set_error(err, err_size, "tensor %s: type %s is not supported for matrix products", name,
+        sy_errmsg(err, err_size, "tensor %s: type %s is not supported for matrix products", name,
                   t ? t->name : "unknown");
         return false;
     }
     size_t packed = sy_dtype_row_bytes(w->type, cols);
     if (packed == 0 || w->row_bytes < packed) {
-        set_error(err, err_size, "tensor %s: rows of %zu bytes cannot hold %llu elements", name, w->row_bytes,
+        sy_errmsg(err, err_size, "tensor %s: rows of %zu bytes cannot hold %llu elements", name, w->row_bytes,
                   (unsigned long long)cols);
         return false;
     }
@@ -142,22 +134,22 @@ static bool load_vector(sy_tf_model *m, const sy_tf_vector *v, uint64_t n, bool 
     const char *name = v->name ? v->name : "(unnamed vector)";
     *out = NULL;
     if (v->data == NULL) {
-        if (required) set_error(err, err_size, "tensor %s is missing", name);
+        if (required) sy_errmsg(err, err_size, "tensor %s is missing", name);
         return !required;
     }
     if (v->n != n) {
-        set_error(err, err_size, "tensor %s: %llu elements, expected %llu", name, (unsigned long long)v->n,
+        sy_errmsg(err, err_size, "tensor %s: %llu elements, expected %llu", name, (unsigned long long)v->n,
                   (unsigned long long)n);
         return false;
     }
     size_t bytes = sy_dtype_row_bytes(v->type, n);
     float *f = alloc_counted(m, n * sizeof(float));
     if (f == NULL) {
-        set_error(err, err_size, "out of memory for tensor %s", name);
+        sy_errmsg(err, err_size, "out of memory for tensor %s", name);
         return false;
     }
     if (bytes == 0 || sy_dequantize_row(v->type, v->data, bytes, f, n) != SY_KERNEL_OK) {
-        set_error(err, err_size, "tensor %s: type not supported for a vector", name);
+        sy_errmsg(err, err_size, "tensor %s: type not supported for a vector", name);
         free(f);
         return false;
     }
@@ -168,31 +160,31 @@ static bool load_vector(sy_tf_model *m, const sy_tf_vector *v, uint64_t n, bool 
 static bool check_config(const sy_tf_config *c, uint32_t n_ctx, char *err, size_t err_size) {
     const uint32_t big = 1u << 20;
     if (c->arch == NULL) {
-        set_error(err, err_size, "no architecture");
+        sy_errmsg(err, err_size, "no architecture");
         return false;
     }
     if (c->n_vocab == 0 || c->n_vocab > (1u << 24) || c->n_embd == 0 || c->n_embd > big || c->n_ff == 0 ||
         c->n_ff > big || c->n_layer == 0 || c->n_layer > 4096 || c->n_head == 0 || c->n_head > 4096 ||
         c->n_head_kv == 0 || c->n_head % c->n_head_kv != 0 || c->head_dim == 0 ||
         c->head_dim > SY_TF_MAX_HEAD_DIM || c->head_dim % 2 != 0 || (uint64_t)c->n_head * c->head_dim > big) {
-        set_error(err, err_size,
+        sy_errmsg(err, err_size,
                   "unsupported dimensions: vocab %u, embd %u, ff %u, layers %u, heads %u/%u, head_dim %u",
                   c->n_vocab, c->n_embd, c->n_ff, c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
         return false;
     }
     if (c->rope_dims > c->head_dim || c->rope_dims % 2 != 0 || c->rope_dims > SY_ROPE_MAX_DIMS) {
-        set_error(err, err_size, "rope dimension count %u does not fit head dimension %u", c->rope_dims,
+        sy_errmsg(err, err_size, "rope dimension count %u does not fit head dimension %u", c->rope_dims,
                   c->head_dim);
         return false;
     }
     if (!(c->rope_base > 0) || !(c->rope_scale > 0) || !(c->rms_eps > 0) || !isfinite(c->rope_base) ||
         !isfinite(c->rope_scale)) {
-        set_error(err, err_size, "invalid rope base %g, rope scale %g or rms epsilon %g", c->rope_base,
+        sy_errmsg(err, err_size, "invalid rope base %g, rope scale %g or rms epsilon %g", c->rope_base,
                   c->rope_scale, (double)c->rms_eps);
         return false;
     }
     if (n_ctx == 0 || n_ctx > (1u << 24)) {
-        set_error(err, err_size, "context size %u out of range", n_ctx);
+        sy_errmsg(err, err_size, "context size %u out of range", n_ctx);
         return false;
     }
     return true;
@@ -204,7 +196,7 @@ static bool load_layer(sy_tf_model *m, const sy_tf_layer_weights *w, layer *L, c
     L->kind = w->kind;
     if (w->kind != SY_TF_LAYER_ATTENTION) { /* the operator itself is checked by sy_lfm2_create */
         if (w->kind != SY_TF_LAYER_SHORT_CONV || !c->arch->short_conv) {
-            set_error(err, err_size, "%s: layer kind %d is not one of this architecture", c->arch->name,
+            sy_errmsg(err, err_size, "%s: layer kind %d is not one of this architecture", c->arch->name,
                       (int)w->kind);
             return false;
         }
@@ -246,7 +238,7 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     if (!check_config(cfg, n_ctx, err, err_size)) return NULL;
     sy_tf_model *m = calloc(1, sizeof *m);
     if (m == NULL) {
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -261,7 +253,7 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     size_t embd_row = sy_dtype_row_bytes(w->token_embd.type, cfg->n_embd);
     if (w->token_embd.data == NULL || w->token_embd.rows != cfg->n_vocab || w->token_embd.cols != cfg->n_embd ||
         embd_row == 0 || w->token_embd.row_bytes < embd_row) {
-        set_error(err, err_size, "tensor %s: expected %u x %u", w->token_embd.name ? w->token_embd.name : "token_embd",
+        sy_errmsg(err, err_size, "tensor %s: expected %u x %u", w->token_embd.name ? w->token_embd.name : "token_embd",
                   cfg->n_vocab, cfg->n_embd);
         goto fail;
     }
@@ -315,7 +307,7 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     return m;
 
 oom:
-    set_error(err, err_size, "out of memory building the model");
+    sy_errmsg(err, err_size, "out of memory building the model");
 fail:
     sy_tf_destroy(m);
     return NULL;
@@ -416,7 +408,7 @@ static bool ram_reserve(void *store, void *kv, uint32_t keep, uint32_t need, cha
         float *v = k ? realloc(s->v[l], bytes) : NULL;
         if (k) s->k[l] = k;
         if (v == NULL) {
-            set_error(err, err_size, "out of memory for %u positions of KV", (unsigned)cap);
+            sy_errmsg(err, err_size, "out of memory for %u positions of KV", (unsigned)cap);
             return false;
         }
         s->v[l] = v;
@@ -498,7 +490,7 @@ bool sy_tf_seq_get_conv_state(const sy_tf_model *m, const sy_tf_seq *s, uint32_t
 
 sy_status sy_tf_seq_begin_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, char *err, size_t err_size) {
     if ((uint64_t)s->len + n > m->n_ctx) {
-        set_error(err, err_size, "%u + %u positions exceed the context of %u", s->len, n, m->n_ctx);
+        sy_errmsg(err, err_size, "%u + %u positions exceed the context of %u", s->len, n, m->n_ctx);
         return SY_ERR_CONTEXT_FULL;
     }
     if (!m->kv_ops->reserve(m->kv_store, s->kv, s->len, s->len + n, err, err_size)) return SY_ERR_OUT_OF_MEMORY;
@@ -767,7 +759,7 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
         const sy_tf_matrix *e = &m->token_embd;
         const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[r] * e->row_bytes;
         if (sy_dequantize_row(e->type, row, e->row_bytes, m->x + r * c->n_embd, c->n_embd) != SY_KERNEL_OK) {
-            set_error(err, err_size, "tensor %s: cannot read embedding rows of this type", e->name);
+            sy_errmsg(err, err_size, "tensor %s: cannot read embedding rows of this type", e->name);
             return SY_ERR_UNSUPPORTED;
         }
     }
@@ -775,14 +767,14 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
         sy_lfm2_bind_row(m->lfm2, r, m->row_seq[r]->conv, m->row_pos[r], m->row_seq[r]->len);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         if (cancel && cancel(cancel_ctx)) {
-            set_error(err, err_size, "cancelled");
+            sy_errmsg(err, err_size, "cancelled");
             return SY_ERR_CANCELLED;
         }
         bool ok = m->layers[l].kind == SY_TF_LAYER_SHORT_CONV
                       ? sy_lfm2_conv_block(m->lfm2, l, m->x, N, m->layers[l].attn_norm, c->rms_eps, matmul_ctx, m)
                       : attention_block(m, l, N);
         if (!ok || !ffn_block(m, l, N)) {
-            set_error(err, err_size, "layer %u: a matrix product failed", l);
+            sy_errmsg(err, err_size, "layer %u: a matrix product failed", l);
             return SY_ERR_INTERNAL;
         }
     }
@@ -796,7 +788,7 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
         }
         if (n_sel == LOGIT_ROWS || (r == N && n_sel > 0)) {
             if (!matmul(m, &m->output, m->xb, n_sel, m->logits)) {
-                set_error(err, err_size, "output: a matrix product failed");
+                sy_errmsg(err, err_size, "output: a matrix product failed");
                 return SY_ERR_INTERNAL;
             }
             for (size_t i = 0; i < n_sel; i++)
@@ -812,22 +804,22 @@ sy_status sy_tf_check_item(size_t index, uint64_t *seq_mark, uint64_t mark, uint
                            uint32_t n_vocab, char *err, size_t err_size) {
     if (seq_mark == NULL || (n_tokens > 0 && tokens == NULL) || n_logits > n_tokens ||
         (n_logits > 0 && logits == NULL)) {
-        set_error(err, err_size, "item %zu: missing sequence, tokens or logits buffer, or n_logits > n_tokens", index);
+        sy_errmsg(err, err_size, "item %zu: missing sequence, tokens or logits buffer, or n_logits > n_tokens", index);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (*seq_mark == mark) {
-        set_error(err, err_size, "item %zu: the sequence appears twice in the batch", index);
+        sy_errmsg(err, err_size, "item %zu: the sequence appears twice in the batch", index);
         return SY_ERR_INVALID_ARGUMENT;
     }
     *seq_mark = mark;
     if ((uint64_t)seq_len + n_tokens > n_ctx) {
-        set_error(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", index, seq_len, n_tokens,
+        sy_errmsg(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", index, seq_len, n_tokens,
                   n_ctx);
         return SY_ERR_CONTEXT_FULL;
     }
     for (uint32_t t = 0; t < n_tokens; t++) {
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= n_vocab) {
-            set_error(err, err_size, "item %zu: token id %d out of range (vocabulary %u)", index, tokens[t], n_vocab);
+            sy_errmsg(err, err_size, "item %zu: token id %d out of range (vocabulary %u)", index, tokens[t], n_vocab);
             return SY_ERR_INVALID_ARGUMENT;
         }
     }
@@ -855,7 +847,7 @@ sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_i
         sy_tf_seq *s = items[i].seq;
         char why[200];
         if (!m->kv_ops->reserve(m->kv_store, s->kv, s->len, s->len + items[i].n_tokens, why, sizeof why)) {
-            set_error(err, err_size, "KV cache of item %zu: %s", i, why);
+            sy_errmsg(err, err_size, "KV cache of item %zu: %s", i, why);
             return SY_ERR_OUT_OF_MEMORY;
         }
     }

@@ -1,5 +1,6 @@
 /* lfm2's gated short convolution for the CPU transformer core: see transformer_lfm2.h. */
 #include "transformer_lfm2.h"
+#include "errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,15 +33,6 @@ struct sy_lfm2_seq {
     float *work;      /* same shape: inputs of the decode in progress */
 };
 
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- building ---- */
 
 static bool check_matrix(const sy_tf_matrix *w, const char *what, uint32_t layer, uint64_t rows, uint64_t cols,
@@ -58,22 +50,22 @@ static bool copy_vector(sy_lfm2 *lf, const sy_tf_vector *v, const char *what, ui
     const char *name = v->name ? v->name : fallback;
     *out = NULL;
     if (v->data == NULL) {
-        if (required) set_error(err, err_size, "tensor %s is missing", name);
+        if (required) sy_errmsg(err, err_size, "tensor %s is missing", name);
         return !required;
     }
     if (v->n != n) {
-        set_error(err, err_size, "tensor %s: %llu elements, expected %llu", name, (unsigned long long)v->n,
+        sy_errmsg(err, err_size, "tensor %s: %llu elements, expected %llu", name, (unsigned long long)v->n,
                   (unsigned long long)n);
         return false;
     }
     size_t bytes = sy_dtype_row_bytes(v->type, n);
     float *f = malloc(n * sizeof(float));
     if (f == NULL) {
-        set_error(err, err_size, "out of memory for tensor %s", name);
+        sy_errmsg(err, err_size, "out of memory for tensor %s", name);
         return false;
     }
     if (bytes == 0 || sy_dequantize_row(v->type, v->data, bytes, f, n) != SY_KERNEL_OK) {
-        set_error(err, err_size, "tensor %s: type not supported for a vector", name);
+        sy_errmsg(err, err_size, "tensor %s: type not supported for a vector", name);
         free(f);
         return false;
     }
@@ -85,12 +77,12 @@ static bool copy_vector(sy_lfm2 *lf, const sy_tf_vector *v, const char *what, ui
 sy_lfm2 *sy_lfm2_create(const sy_tf_config *cfg, const sy_tf_layer_weights *layers, size_t max_rows, char *err,
                         size_t err_size) {
     if (cfg->conv_kernel < 2 || cfg->conv_kernel > SY_LFM2_MAX_KERNEL) {
-        set_error(err, err_size, "short convolution width %u out of range [2, %u]", cfg->conv_kernel,
+        sy_errmsg(err, err_size, "short convolution width %u out of range [2, %u]", cfg->conv_kernel,
                   SY_LFM2_MAX_KERNEL);
         return NULL;
     }
     if (max_rows == 0 || max_rows > (1u << 16)) {
-        set_error(err, err_size, "chunk of %zu rows out of range", max_rows);
+        sy_errmsg(err, err_size, "chunk of %zu rows out of range", max_rows);
         return NULL;
     }
     sy_lfm2 *lf = calloc(1, sizeof *lf);
@@ -137,7 +129,7 @@ sy_lfm2 *sy_lfm2_create(const sy_tf_config *cfg, const sy_tf_layer_weights *laye
     return lf;
 
 oom:
-    set_error(err, err_size, "out of memory building the short convolution layers");
+    sy_errmsg(err, err_size, "out of memory building the short convolution layers");
 fail:
     sy_lfm2_destroy(lf);
     return NULL;

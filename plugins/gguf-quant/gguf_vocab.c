@@ -9,6 +9,7 @@
 #include "tokenizer_bpe.h"
 #include "tokenizer_cache.h"
 #include "tokenizer_spm.h"
+#include "errmsg.h"
 
 /* GGUF tokenizer.ggml.token_type values. */
 enum { TYPE_NORMAL = 1, TYPE_UNKNOWN = 2, TYPE_CONTROL = 3, TYPE_USER_DEFINED = 4, TYPE_UNUSED = 5, TYPE_BYTE = 6 };
@@ -32,15 +33,6 @@ static const char *const BPE_MODEL_KEYS[] = {
     "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",  "tokenizer.ggml.padding_token_id",
     "tokenizer.ggml.eot_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
 };
-
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* An optional token id: -1 when absent, negative or out of range (llama.cpp ignores those too). */
 static int32_t token_id(const sy_gguf *g, const char *key, uint32_t n_vocab) {
@@ -125,14 +117,14 @@ static void *build_bpe(void *ctx, char *err, size_t err_size) {
     if (!sy_bpe_builder_use_preset(b, src->pre_name, inner, sizeof inner)) {
         sy_bpe_builder_free(b);
         src->status = SY_ERR_UNSUPPORTED;
-        set_error(err, err_size, "tokenizer.ggml.pre: %s", inner);
+        sy_errmsg(err, err_size, "tokenizer.ggml.pre: %s", inner);
         return NULL;
     }
     sy_bpe *t = sy_bpe_builder_finish(b, inner, sizeof inner);
     b = NULL;
     if (t == NULL) goto failed;
     if (sy_bpe_n_vocab(t) != n) { /* ids are 0..n-1, so this holds unless the builder dropped some */
-        set_error(err, err_size, "BPE vocabulary of %u ids from %llu tokens", sy_bpe_n_vocab(t),
+        sy_errmsg(err, err_size, "BPE vocabulary of %u ids from %llu tokens", sy_bpe_n_vocab(t),
                   (unsigned long long)n);
         sy_bpe_free(t);
         return NULL;
@@ -141,7 +133,7 @@ static void *build_bpe(void *ctx, char *err, size_t err_size) {
 
 failed:
     if (b) sy_bpe_builder_free(b);
-    set_error(err, err_size, "BPE tokenizer: %s", inner);
+    sy_errmsg(err, err_size, "BPE tokenizer: %s", inner);
     return NULL;
 }
 
@@ -160,16 +152,16 @@ static bool bpe_from_gguf(const sy_gguf *g, gq_vocab *v, sy_status *status, char
     uint64_t n, n_types = 0;
     if (src.k_tokens < 0 || !sy_gguf_kv_array(g, (uint64_t)src.k_tokens, &et, &n) || et != SY_GGUF_STRING ||
         n == 0 || n > SY_BPE_MAX_TOKENS) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.tokens': missing, empty, too long or not strings");
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.tokens': missing, empty, too long or not strings");
         return false;
     }
     if (src.k_merges < 0 || !sy_gguf_kv_array(g, (uint64_t)src.k_merges, &et, &src.n_merges) ||
         et != SY_GGUF_STRING) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.merges': missing or not an array of strings");
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.merges': missing or not an array of strings");
         return false;
     }
     if (src.k_types >= 0 && (!sy_gguf_kv_array(g, (uint64_t)src.k_types, &et, &n_types) || n_types != n)) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.token_type': expected %llu entries",
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.token_type': expected %llu entries",
                   (unsigned long long)n);
         return false;
     }
@@ -178,7 +170,7 @@ static bool bpe_from_gguf(const sy_gguf *g, gq_vocab *v, sy_status *status, char
     if (sy_gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pre_len) != 1 || pre_len == 0 || pre_len > 64 ||
         memchr(pre, '\0', pre_len) != NULL) {
         *status = SY_ERR_UNSUPPORTED;
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.pre' is missing or invalid: the BPE pre-tokenizer "
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.pre' is missing or invalid: the BPE pre-tokenizer "
                                  "is unknown");
         return false;
     }
@@ -201,7 +193,7 @@ static bool bpe_from_gguf(const sy_gguf *g, gq_vocab *v, sy_status *status, char
     int32_t around[2] = {v->add_bos ? v->bos : -1, v->add_eos ? v->eos : -1};
     for (int i = 0; i < 2; i++)
         if (around[i] >= 0 && !bpe_has_token(v, around[i])) {
-            set_error(err, err_size, "BPE tokenizer: post-processor template names id %d, which is not a token",
+            sy_errmsg(err, err_size, "BPE tokenizer: post-processor template names id %d, which is not a token",
                       around[i]);
             return false;
         }
@@ -213,13 +205,13 @@ gq_vocab *gq_vocab_from_gguf(const sy_gguf *g, sy_status *status, char *err, siz
     size_t len;
     *status = SY_ERR_FORMAT;
     if (sy_gguf_get_string(g, "tokenizer.ggml.model", &model, &len) != 1) {
-        set_error(err, err_size, "metadata key 'tokenizer.ggml.model' is missing");
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.model' is missing");
         return NULL;
     }
     gq_vocab *v = calloc(1, sizeof *v);
     if (v == NULL) {
         *status = SY_ERR_OUT_OF_MEMORY;
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     if (len == 5 && memcmp(model, "llama", 5) == 0) {
@@ -238,7 +230,7 @@ gq_vocab *gq_vocab_from_gguf(const sy_gguf *g, sy_status *status, char *err, siz
         return v;
     }
     *status = SY_ERR_UNSUPPORTED;
-    set_error(err, err_size, "tokenizer model '%.*s' is not supported (llama and gpt2 are)", (int)(len > 32 ? 32 : len),
+    sy_errmsg(err, err_size, "tokenizer model '%.*s' is not supported (llama and gpt2 are)", (int)(len > 32 ? 32 : len),
               model);
 failed:
     gq_vocab_free(v);
@@ -281,11 +273,11 @@ sy_status gq_vocab_tokenize(const gq_vocab *v, const char *text, size_t len, uin
         int r = sy_spm_encode(v->spm, text, len, (flags & SY_TOKENIZE_ADD_SPECIAL) != 0,
                               (flags & SY_TOKENIZE_PARSE_SPECIAL) != 0, out, capacity, n_out);
         if (r < 0) {
-            set_error(err, err_size, "out of memory");
+            sy_errmsg(err, err_size, "out of memory");
             return SY_ERR_OUT_OF_MEMORY;
         }
         if (r > 0) {
-            set_error(err, err_size, "%zu ids do not fit in %zu", *n_out, capacity);
+            sy_errmsg(err, err_size, "%zu ids do not fit in %zu", *n_out, capacity);
             return SY_ERR_BUFFER_TOO_SMALL;
         }
         return SY_OK;
@@ -304,13 +296,13 @@ sy_status gq_vocab_tokenize(const gq_vocab *v, const char *text, size_t len, uin
     if (copy > 0) memcpy(out, ids.ids, copy * sizeof *out);
     sy_bpe_ids_free(&ids);
     if (*n_out > capacity) {
-        set_error(err, err_size, "%zu ids do not fit in %zu", *n_out, capacity);
+        sy_errmsg(err, err_size, "%zu ids do not fit in %zu", *n_out, capacity);
         return SY_ERR_BUFFER_TOO_SMALL;
     }
     return SY_OK;
 oom:
     sy_bpe_ids_free(&ids);
-    set_error(err, err_size, "out of memory");
+    sy_errmsg(err, err_size, "out of memory");
     return SY_ERR_OUT_OF_MEMORY;
 }
 

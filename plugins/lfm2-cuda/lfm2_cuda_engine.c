@@ -28,6 +28,7 @@
 #include "lfm2_cuda_gemm.h"
 #include "lfm2_kernels.h"
 #include "sy_kernels.h"
+#include "errmsg.h"
 
 #define WORKSPACE_BYTES (32u << 20)
 #define ALIGN 256
@@ -127,19 +128,10 @@ struct lc_engine {
     uint32_t state_group; /* blocks per transfer */
 };
 
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 /* Checks a CUDA call: false with "what: CUDA's message" in err. */
 static bool ck(cudaError_t e, const char *what, char *err, size_t err_size) {
     if (e == cudaSuccess) return true;
-    set_error(err, err_size, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    sy_errmsg(err, err_size, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
     return false;
 }
 
@@ -221,7 +213,7 @@ static bool upload_elems(uploader *u, const sy_safetensors_tensor *t, uint64_t f
         } else if (t->dtype == SY_DTYPE_F16) {
             sy_f16_to_f32_row((const uint16_t *)t->data + at, tmp, m);
         } else {
-            set_error(u->err, u->err_size, "tensor %s: dtype %s is not supported", t->name, t->dtype_name);
+            sy_errmsg(u->err, u->err_size, "tensor %s: dtype %s is not supported", t->name, t->dtype_name);
             return false;
         }
         if (to_bf16) sy_f32_to_bf16_row(tmp, (uint16_t *)tmp, m); /* in place: writes trail the reads */
@@ -262,7 +254,7 @@ static bool load_weights(lc_engine *e, const sy_safetensors *st, char *err, size
     if (st) {
         u.staging = malloc(STAGING_BYTES);
         if (u.staging == NULL) {
-            set_error(err, err_size, "out of host memory for the upload buffer");
+            sy_errmsg(err, err_size, "out of host memory for the upload buffer");
             return false;
         }
     }
@@ -324,7 +316,7 @@ static bool load_weights(lc_engine *e, const sy_safetensors *st, char *err, size
 static sy_status check_config(lc_engine *e, char *err, size_t err_size) {
     const sy_hf_config *c = &e->cfg;
     if (c->arch != SY_HF_ARCH_LFM2) {
-        set_error(err, err_size, "model_type %s is not lfm2", c->model_type);
+        sy_errmsg(err, err_size, "model_type %s is not lfm2", c->model_type);
         return SY_ERR_UNSUPPORTED;
     }
     e->n = (int32_t)c->hidden_size;
@@ -341,20 +333,20 @@ static sy_status check_config(lc_engine *e, char *err, size_t err_size) {
     e->qkv_dim = (e->n_head + 2 * e->n_kv) * e->hd;
     e->group = e->n_kv > 0 ? e->n_head / e->n_kv : 0;
     if (e->hd < 2 || e->hd > LC_MAX_HEAD_DIM || e->hd % 2 != 0) {
-        set_error(err, err_size, "head_dim %d: lfm2-cuda runs even head sizes up to %d", e->hd, LC_MAX_HEAD_DIM);
+        sy_errmsg(err, err_size, "head_dim %d: lfm2-cuda runs even head sizes up to %d", e->hd, LC_MAX_HEAD_DIM);
         return SY_ERR_UNSUPPORTED;
     }
     if (e->n_kv <= 0 || e->n_head % e->n_kv != 0 || e->group > LC_ATTN_QUERIES) {
-        set_error(err, err_size, "%d query heads over %d KV heads: groups of at most %d are supported", e->n_head,
+        sy_errmsg(err, err_size, "%d query heads over %d KV heads: groups of at most %d are supported", e->n_head,
                   e->n_kv, LC_ATTN_QUERIES);
         return SY_ERR_UNSUPPORTED;
     }
     if (e->L < 2 || e->L > LC_MAX_CONV_KERNEL) {
-        set_error(err, err_size, "conv_L_cache %d: lfm2-cuda runs widths 2 to %d", e->L, LC_MAX_CONV_KERNEL);
+        sy_errmsg(err, err_size, "conv_L_cache %d: lfm2-cuda runs widths 2 to %d", e->L, LC_MAX_CONV_KERNEL);
         return SY_ERR_UNSUPPORTED;
     }
     if (c->rope.type != SY_HF_ROPE_DEFAULT && c->rope.type != SY_HF_ROPE_LINEAR) {
-        set_error(err, err_size, "rope scaling of this config is not supported by lfm2-cuda (default and linear are)");
+        sy_errmsg(err, err_size, "rope scaling of this config is not supported by lfm2-cuda (default and linear are)");
         return SY_ERR_UNSUPPORTED;
     }
     for (int32_t l = 0; l < e->n_layer; l++) {
@@ -362,7 +354,7 @@ static sy_status check_config(lc_engine *e, char *err, size_t err_size) {
         else e->n_attn++;
     }
     if (e->n_attn == 0) {
-        set_error(err, err_size, "the config has no attention layer");
+        sy_errmsg(err, err_size, "the config has no attention layer");
         return SY_ERR_UNSUPPORTED;
     }
     return SY_OK;
@@ -437,13 +429,13 @@ sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, co
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
-        set_error(err, err_size, "no CUDA device (%s)",
+        sy_errmsg(err, err_size, "no CUDA device (%s)",
                   ce != cudaSuccess ? cudaGetErrorString(ce) : "the driver reports none");
         cudaGetLastError(); /* clear the error so later calls in this process are not affected */
         return SY_ERR_NO_DEVICE;
     }
     if (opt->device < 0 || opt->device >= count) {
-        set_error(err, err_size, "device %d: there are %d CUDA devices", opt->device, count);
+        sy_errmsg(err, err_size, "device %d: there are %d CUDA devices", opt->device, count);
         return SY_ERR_INVALID_ARGUMENT;
     }
     struct cudaDeviceProp prop;
@@ -451,14 +443,14 @@ sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, co
         !ck(cudaGetDeviceProperties(&prop, opt->device), "cudaGetDeviceProperties", err, err_size))
         return SY_ERR_NO_DEVICE;
     if (prop.major < 9) {
-        set_error(err, err_size, "%s has compute capability %d.%d; lfm2-cuda is built for 9.0 (Hopper) and newer",
+        sy_errmsg(err, err_size, "%s has compute capability %d.%d; lfm2-cuda is built for 9.0 (Hopper) and newer",
                   prop.name, prop.major, prop.minor);
         return SY_ERR_NO_DEVICE;
     }
 
     lc_engine *e = calloc(1, sizeof *e);
     if (e == NULL) {
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return SY_ERR_OUT_OF_MEMORY;
     }
     e->cfg = *cfg;
@@ -528,7 +520,7 @@ sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, co
     uint64_t blocks = want / e->block_bytes;
     if (blocks > INT32_MAX - 1) blocks = INT32_MAX - 1;
     if (blocks < (uint64_t)e->max_blocks + 1) {
-        set_error(err, err_size,
+        sy_errmsg(err, err_size,
                   "device memory: room for %llu KV positions, one sequence of %u needs more (lower ctx_size)",
                   (unsigned long long)(blocks * LC_KV_BLOCK), e->opt.n_ctx);
         status = SY_ERR_OUT_OF_MEMORY;
@@ -556,7 +548,7 @@ sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, co
     return SY_OK;
 
 oom_host:
-    set_error(err, err_size, "out of host memory");
+    sy_errmsg(err, err_size, "out of host memory");
     status = SY_ERR_OUT_OF_MEMORY;
     goto fail;
 oom_dev:
@@ -631,7 +623,7 @@ sy_status lc_seq_create(lc_engine *e, int32_t *slot, char *err, size_t err_size)
         update_kv_used(e);
         return SY_OK;
     }
-    set_error(err, err_size, "all %u sequence slots are in use (option max_sequences)", e->opt.max_sequences);
+    sy_errmsg(err, err_size, "all %u sequence slots are in use (option max_sequences)", e->opt.max_sequences);
     return SY_ERR_OUT_OF_MEMORY;
 }
 
@@ -670,16 +662,16 @@ static void cut(lc_engine *e, int32_t slot, uint32_t n) {
 
 sy_status lc_seq_truncate(lc_engine *e, int32_t slot, uint32_t n, char *err, size_t err_size) {
     if (!valid_slot(e, slot)) {
-        set_error(err, err_size, "no such sequence");
+        sy_errmsg(err, err_size, "no such sequence");
         return SY_ERR_INVALID_ARGUMENT;
     }
     seq_state *s = &e->seqs[slot];
     if (n > s->len) {
-        set_error(err, err_size, "%u is more than the %u tokens held", n, s->len);
+        sy_errmsg(err, err_size, "%u is more than the %u tokens held", n, s->len);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (!can_truncate(e, s, n)) {
-        set_error(err, err_size, "the recurrent state cannot roll back from %u to %u tokens", s->len, n);
+        sy_errmsg(err, err_size, "the recurrent state cannot roll back from %u to %u tokens", s->len, n);
         return SY_ERR_UNSUPPORTED;
     }
     cut(e, slot, n);
@@ -689,16 +681,16 @@ sy_status lc_seq_truncate(lc_engine *e, int32_t slot, uint32_t n, char *err, siz
 
 sy_status lc_seq_fork(lc_engine *e, int32_t src, uint32_t n, int32_t *dst, char *err, size_t err_size) {
     if (!valid_slot(e, src)) {
-        set_error(err, err_size, "no such sequence");
+        sy_errmsg(err, err_size, "no such sequence");
         return SY_ERR_INVALID_ARGUMENT;
     }
     const seq_state *s = &e->seqs[src];
     if (n > s->len) {
-        set_error(err, err_size, "%u is more than the %u tokens held", n, s->len);
+        sy_errmsg(err, err_size, "%u is more than the %u tokens held", n, s->len);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (!can_truncate(e, s, n)) {
-        set_error(err, err_size, "the recurrent state cannot roll back from %u to %u tokens", s->len, n);
+        sy_errmsg(err, err_size, "the recurrent state cannot roll back from %u to %u tokens", s->len, n);
         return SY_ERR_UNSUPPORTED;
     }
     if (!ck(cudaSetDevice(e->opt.device), "cudaSetDevice", err, err_size)) return SY_ERR_INTERNAL;
@@ -800,7 +792,7 @@ static sy_status run_layers(lc_engine *e, int32_t N, int32_t n_tasks, bool any_s
     const float *delta = NULL, *delta_bias = NULL;
     for (int32_t l = 0; l < e->n_layer; l++) {
         if (cancel && cancel(cancel_ctx)) {
-            set_error(err, err_size, "cancelled");
+            sy_errmsg(err, err_size, "cancelled");
             return SY_ERR_CANCELLED;
         }
         const layer_w *w = &e->layers[l];
@@ -949,31 +941,31 @@ bool lc_engine_graphs_active(const lc_engine *e) { return !e->graphs_off; }
 static sy_status validate(lc_engine *e, const lc_item *items, size_t n_items, bool sampling, char *err,
                           size_t err_size) {
     if (n_items > e->opt.max_sequences) {
-        set_error(err, err_size, "%zu items: more than the %u sequence slots", n_items, e->opt.max_sequences);
+        sy_errmsg(err, err_size, "%zu items: more than the %u sequence slots", n_items, e->opt.max_sequences);
         return SY_ERR_INVALID_ARGUMENT;
     }
     for (size_t i = 0; i < n_items; i++) {
         const lc_item *it = &items[i];
         if (!valid_slot(e, it->slot) || (it->n_tokens > 0 && it->tokens == NULL) || it->n_logits > it->n_tokens ||
             (!sampling && it->n_logits > 0 && it->logits == NULL) || (sampling && it->n_logits != 1)) {
-            set_error(err, err_size, "item %zu: bad sequence, tokens, logits buffer or n_logits", i);
+            sy_errmsg(err, err_size, "item %zu: bad sequence, tokens, logits buffer or n_logits", i);
             return SY_ERR_INVALID_ARGUMENT;
         }
         for (size_t j = 0; j < i; j++) {
             if (items[j].slot == it->slot) {
-                set_error(err, err_size, "item %zu: the sequence appears twice in the batch", i);
+                sy_errmsg(err, err_size, "item %zu: the sequence appears twice in the batch", i);
                 return SY_ERR_INVALID_ARGUMENT;
             }
         }
         const seq_state *s = &e->seqs[it->slot];
         if ((uint64_t)s->len + it->n_tokens > e->opt.n_ctx) {
-            set_error(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", i, s->len, it->n_tokens,
+            sy_errmsg(err, err_size, "item %zu: %u + %u tokens exceed the context size %u", i, s->len, it->n_tokens,
                       e->opt.n_ctx);
             return SY_ERR_CONTEXT_FULL;
         }
         for (uint32_t t = 0; t < it->n_tokens; t++) {
             if (it->tokens[t] < 0 || it->tokens[t] >= e->vocab) {
-                set_error(err, err_size, "item %zu: token id %d out of range (vocabulary %d)", i, it->tokens[t],
+                sy_errmsg(err, err_size, "item %zu: token id %d out of range (vocabulary %d)", i, it->tokens[t],
                           e->vocab);
                 return SY_ERR_INVALID_ARGUMENT;
             }
@@ -1036,7 +1028,7 @@ static sy_status reserve_blocks(lc_engine *e, const lc_item *items, size_t n_ite
     }
     if (full) {
         for (size_t i = 0; i < touched; i++) release_blocks(e, items[i].slot, e->undo_blocks[i]);
-        set_error(err, err_size, "the KV cache is full (%d blocks of %d positions; option kv_cache_mb)", e->n_blocks,
+        sy_errmsg(err, err_size, "the KV cache is full (%d blocks of %d positions; option kv_cache_mb)", e->n_blocks,
                   LC_KV_BLOCK);
         return SY_ERR_OUT_OF_MEMORY;
     }
@@ -1058,7 +1050,7 @@ sy_status lc_decode(lc_engine *e, const lc_item *items, size_t n_items, int32_t 
     row_out *outs = calloc((size_t)T, sizeof *outs);
     segment *segs = calloc((size_t)T, sizeof *segs);
     if (outs == NULL || segs == NULL) {
-        set_error(err, err_size, "out of host memory");
+        sy_errmsg(err, err_size, "out of host memory");
         st = SY_ERR_OUT_OF_MEMORY;
         goto done;
     }
@@ -1126,7 +1118,7 @@ sy_status lc_decode(lc_engine *e, const lc_item *items, size_t n_items, int32_t 
             }
         }
         if (n_tasks < 0) {
-            set_error(err, err_size, "internal: attention task list overflow");
+            sy_errmsg(err, err_size, "internal: attention task list overflow");
             st = SY_ERR_INTERNAL;
             goto done;
         }
@@ -1141,7 +1133,7 @@ sy_status lc_decode(lc_engine *e, const lc_item *items, size_t n_items, int32_t 
         }
         if (pure) {
             if (cancel && cancel(cancel_ctx)) {
-                set_error(err, err_size, "cancelled");
+                sy_errmsg(err, err_size, "cancelled");
                 st = SY_ERR_CANCELLED;
                 goto done;
             }
@@ -1272,16 +1264,16 @@ static bool conv_state_held(const lc_engine *e, const seq_state *s, uint32_t end
 sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_write_fn write_fn,
                         void *ctx, char *err, size_t err_size) {
     if (!valid_slot(e, slot)) {
-        set_error(err, err_size, "no such sequence");
+        sy_errmsg(err, err_size, "no such sequence");
         return SY_ERR_INVALID_ARGUMENT;
     }
     const seq_state *s = &e->seqs[slot];
     if (begin >= end || end > s->len) {
-        set_error(err, err_size, "chunk [%u, %u) is not inside the %u tokens held", begin, end, s->len);
+        sy_errmsg(err, err_size, "chunk [%u, %u) is not inside the %u tokens held", begin, end, s->len);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (!conv_state_held(e, s, end)) {
-        set_error(err, err_size, "the conv state after %u of %u tokens is no longer held", end, s->len);
+        sy_errmsg(err, err_size, "the conv state after %u of %u tokens is no longer held", end, s->len);
         return SY_ERR_UNSUPPORTED;
     }
     if (!ck(cudaSetDevice(e->opt.device), "cudaSetDevice", err, err_size)) return SY_ERR_INTERNAL;
@@ -1293,7 +1285,7 @@ sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
     const size_t block_pool_bytes = e->block_elems * sizeof(lc_bf16);
     const uint32_t last_block = (end - 1) / LC_KV_BLOCK;
     if (last_block >= s->n_blocks) { /* every held position has its block; checked rather than trusted */
-        set_error(err, err_size, "internal: position %u has no KV block (%u blocks)", end - 1, s->n_blocks);
+        sy_errmsg(err, err_size, "internal: position %u has no KV block (%u blocks)", end - 1, s->n_blocks);
         return SY_ERR_INTERNAL;
     }
     for (uint32_t jb = begin / LC_KV_BLOCK; jb <= last_block; jb += e->state_group) {
@@ -1312,7 +1304,7 @@ sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
         kv_transpose(e, (lc_bf16 *)(void *)e->state_blocks, (lc_bf16 *)(void *)e->state_chunk, jb, pb, pe, true);
         sy_status st = write_fn(ctx, e->state_chunk, (size_t)(pe - pb) * (size_t)sh.kv_bytes_per_token);
         if (st != SY_OK) {
-            set_error(err, err_size, "the host's writer failed (status %d)", (int)st);
+            sy_errmsg(err, err_size, "the host's writer failed (status %d)", (int)st);
             return st;
         }
     }
@@ -1335,7 +1327,7 @@ sy_status lc_state_save(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
     }
     if (!ck(cudaStreamSynchronize(e->stream), "state save (conv state)", err, err_size)) goto cuda_failed;
     sy_status st = write_fn(ctx, conv, (size_t)sh.recurrent_bytes);
-    if (st != SY_OK) set_error(err, err_size, "the host's writer failed (status %d)", (int)st);
+    if (st != SY_OK) sy_errmsg(err, err_size, "the host's writer failed (status %d)", (int)st);
     return st;
 
 cuda_failed: /* the message is set; nothing of this call stays queued, and the next launch's check starts clean */
@@ -1354,20 +1346,20 @@ static size_t first_nonfinite_bf16(const lc_bf16 *x, size_t n) {
 sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end, lc_state_read_fn read_fn, void *ctx,
                         char *err, size_t err_size) {
     if (!valid_slot(e, slot)) {
-        set_error(err, err_size, "no such sequence");
+        sy_errmsg(err, err_size, "no such sequence");
         return SY_ERR_INVALID_ARGUMENT;
     }
     seq_state *s = &e->seqs[slot];
     if (begin != s->len) {
-        set_error(err, err_size, "the chunk begins at %u but the sequence holds %u tokens", begin, s->len);
+        sy_errmsg(err, err_size, "the chunk begins at %u but the sequence holds %u tokens", begin, s->len);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (begin >= end) {
-        set_error(err, err_size, "empty chunk [%u, %u)", begin, end);
+        sy_errmsg(err, err_size, "empty chunk [%u, %u)", begin, end);
         return SY_ERR_INVALID_ARGUMENT;
     }
     if (end > e->opt.n_ctx) {
-        set_error(err, err_size, "the chunk [%u, %u) passes the context size %u", begin, end, e->opt.n_ctx);
+        sy_errmsg(err, err_size, "the chunk [%u, %u) passes the context size %u", begin, end, e->opt.n_ctx);
         return SY_ERR_CONTEXT_FULL;
     }
     if (!ck(cudaSetDevice(e->opt.device), "cudaSetDevice", err, err_size)) return SY_ERR_INTERNAL;
@@ -1422,13 +1414,13 @@ sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
         size_t bytes = (size_t)(pe - pb) * (size_t)sh.kv_bytes_per_token;
         st = read_fn(ctx, e->state_chunk, bytes);
         if (st != SY_OK) {
-            set_error(err, err_size, "the host's reader failed (status %d) at the KV of positions [%u, %u)", (int)st,
+            sy_errmsg(err, err_size, "the host's reader failed (status %d) at the KV of positions [%u, %u)", (int)st,
                       pb, pe);
             goto undo;
         }
         size_t bad = first_nonfinite_bf16((const lc_bf16 *)(const void *)e->state_chunk, bytes / sizeof(lc_bf16));
         if (bad < bytes / sizeof(lc_bf16)) {
-            set_error(err, err_size, "a K/V value of position %llu is not finite",
+            sy_errmsg(err, err_size, "a K/V value of position %llu is not finite",
                       (unsigned long long)(pb + bad / (sh.kv_bytes_per_token / sizeof(lc_bf16))));
             st = SY_ERR_INVALID_ARGUMENT;
             goto undo;
@@ -1457,12 +1449,12 @@ sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
         const size_t n = (size_t)e->n, n_floats = (size_t)sh.recurrent_bytes / sizeof(float);
         st = read_fn(ctx, conv, (size_t)sh.recurrent_bytes);
         if (st != SY_OK) {
-            set_error(err, err_size, "the host's reader failed (status %d) at the conv state", (int)st);
+            sy_errmsg(err, err_size, "the host's reader failed (status %d) at the conv state", (int)st);
             goto undo;
         }
         for (size_t i = 0; i < n_floats; i++) {
             if (!isfinite(conv[i])) {
-                set_error(err, err_size, "conv state value %zu is not finite", i);
+                sy_errmsg(err, err_size, "conv state value %zu is not finite", i);
                 st = SY_ERR_INVALID_ARGUMENT;
                 goto undo;
             }
@@ -1499,7 +1491,7 @@ sy_status lc_state_load(lc_engine *e, int32_t slot, uint32_t begin, uint32_t end
     return SY_OK;
 
 full:
-    set_error(err, err_size, "the KV cache is full (%d blocks of %d positions; option kv_cache_mb)", e->n_blocks,
+    sy_errmsg(err, err_size, "the KV cache is full (%d blocks of %d positions; option kv_cache_mb)", e->n_blocks,
               LC_KV_BLOCK);
     st = SY_ERR_OUT_OF_MEMORY;
 undo:

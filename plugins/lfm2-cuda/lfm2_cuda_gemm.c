@@ -3,6 +3,7 @@
  * Layout: cuBLASLt is column-major, so the row-major W[out][in] is the column-major in x out matrix A, X[n][in] the
  * in x n matrix B and Y[n][out] the out x n matrix D: D = Aᵀ · B ("TN"), cuBLASLt's preferred form. */
 #include "lfm2_cuda_gemm.h"
+#include "errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,31 +32,22 @@ struct lc_gemm {
     cudaEvent_t t0, t1;
 };
 
-static void set_error(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_error(char *err, size_t err_size, const char *fmt, ...) {
-    if (err == NULL || err_size == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 static bool lt_ok(cublasStatus_t st, const char *what, char *err, size_t err_size) {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
-    set_error(err, err_size, "cuBLASLt %s: %s", what, cublasLtGetStatusString(st));
+    sy_errmsg(err, err_size, "cuBLASLt %s: %s", what, cublasLtGetStatusString(st));
     return false;
 }
 
 static bool cuda_ok(cudaError_t e, const char *what, char *err, size_t err_size) {
     if (e == cudaSuccess) return true;
-    set_error(err, err_size, "%s: %s", what, cudaGetErrorString(e));
+    sy_errmsg(err, err_size, "%s: %s", what, cudaGetErrorString(e));
     return false;
 }
 
 lc_gemm *lc_gemm_create(void *workspace, size_t workspace_bytes, char *err, size_t err_size) {
     lc_gemm *g = calloc(1, sizeof *g);
     if (g == NULL) {
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         return NULL;
     }
     g->workspace = workspace;
@@ -64,7 +56,7 @@ lc_gemm *lc_gemm_create(void *workspace, size_t workspace_bytes, char *err, size
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = workspace_bytes;
     if (g->cache == NULL) {
-        set_error(err, err_size, "out of memory");
+        sy_errmsg(err, err_size, "out of memory");
         goto fail;
     }
     if (!lt_ok(cublasLtCreate(&g->handle), "create", err, err_size) ||
@@ -136,7 +128,7 @@ static bool choose_algo(lc_gemm *g, cudaStream_t stream, shape_entry *e, const l
                "heuristic", err, err_size))
         return false;
     if (n_res <= 0) {
-        set_error(err, err_size, "cuBLASLt has no algorithm for a BF16 product of %d x %d by %d rows", e->out, e->in,
+        sy_errmsg(err, err_size, "cuBLASLt has no algorithm for a BF16 product of %d x %d by %d rows", e->out, e->in,
                   e->n);
         return false;
     }
@@ -154,7 +146,7 @@ static bool choose_algo(lc_gemm *g, cudaStream_t stream, shape_entry *e, const l
         if (best < 0 || ms < best_ms) best = i, best_ms = ms;
     }
     if (best < 0) {
-        set_error(err, err_size, "no cuBLASLt algorithm ran a BF16 product of %d x %d by %d rows", e->out, e->in,
+        sy_errmsg(err, err_size, "no cuBLASLt algorithm ran a BF16 product of %d x %d by %d rows", e->out, e->in,
                   e->n);
         return false;
     }
@@ -167,7 +159,7 @@ bool lc_gemm_bf16(lc_gemm *g, cudaStream_t stream, const lc_bf16 *W, int32_t out
                   int32_t n, float *Y, char *err, size_t err_size) {
     if (n <= 0) return true;
     if (out <= 0 || in <= 0) {
-        set_error(err, err_size, "GEMM of %d x %d: bad shape", out, in);
+        sy_errmsg(err, err_size, "GEMM of %d x %d: bad shape", out, in);
         return false;
     }
     for (size_t i = 0; i < g->n_cached; i++) {
