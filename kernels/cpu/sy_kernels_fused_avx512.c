@@ -2,9 +2,10 @@
  * sy_kernels_internal.h and sy_kernels_fused_avx2.c for the scheme).
  *
  * vpdpbusd multiplies unsigned weight codes by signed activation bytes and sums each four into 32 bits in one
- * instruction. 32-element block types work on 256-bit vectors, one block at a time (eight blocks' scales per
- * gather); the K-quants on 512-bit vectors, 64 elements (two activation blocks) at a time, with the per-lane f32
- * scales picked by one permute per token. Reading ahead: see sy_prefetch_ahead. */
+ * instruction. Every type works on 512-bit vectors, 64 elements (two activation blocks) at a time, with the
+ * per-lane f32 scales picked by one permute per token: the 32-element block types two consecutive blocks per vector
+ * (eight blocks' scales per gather, a lone block at the end of an odd row), the K-quants 64 elements of a
+ * 256-element block. Reading ahead: see sy_prefetch_ahead. */
 #include "sy_kernels_internal.h"
 
 #if SY_KERNELS_X86
@@ -55,20 +56,13 @@ AVX512 static ALWAYS_INLINE __m512 spread(__m512 v, int base, int per) {
     return _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(base), step), v);
 }
 
-/* Independent FMA accumulators per token, so FMA latency hides. The same number whatever the batch: a token's
- * result must not depend on how many others share the call (batch invariance, see sy_kernels.h). */
-static inline int chains(int nb) {
-    (void)nb;
-    return 4;
-}
+/* Independent FMA accumulators per token of the 32-element block kernels, so FMA latency hides. The same number
+ * whatever the batch: a token's result must not depend on how many others share the call (batch invariance, see
+ * sy_kernels.h). Two, as for the K-quants: with four tokens that is eight chains in flight, and the accumulators,
+ * scales and codes of a four-token tile then fit the 32 vector registers (four chains spilled; measured slower). */
+#define CHAINS 2
 
 /* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ---- */
-
-/* The 32 nibbles of 16 bytes in element order: low nibbles, then high nibbles. */
-AVX512 static ALWAYS_INLINE __m256i nibbles16(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
-}
 
 static inline size_t blocks32_bytes(sy_dtype type) {
     return type == SY_DTYPE_Q4_0   ? 18
@@ -78,15 +72,60 @@ static inline size_t blocks32_bytes(sy_dtype type) {
                                    : 34;
 }
 
+/* The unsigned codes of block a in the lower half and of block b (the next one) in the upper half, in element
+ * order; with pair 0 only block a, the upper half zero and b not read. Q8_0: |w|, with *negative the lanes whose
+ * weight is negative (the sign moves to the activations). */
+AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t *a, const uint8_t *b, const int pair,
+                                                   __mmask64 *negative) {
+    if (type == SY_DTYPE_Q8_0) {
+        __m512i w = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(load32(a + 2)), load32(b + 2), 1)
+                         : _mm512_zextsi256_si512(load32(a + 2));
+        *negative = _mm512_cmplt_epi8_mask(w, _mm512_setzero_si512()); /* a compare runs beside vpdpbusd's port */
+        return _mm512_abs_epi8(w); /* -128 gives 0x80 = 128 unsigned */
+    }
+    const int at = type == SY_DTYPE_Q4_0 ? 2 : type == SY_DTYPE_Q4_1 ? 4 : type == SY_DTYPE_Q5_0 ? 6 : 8;
+    /* each block's 16 bytes twice (low nibbles, then high nibbles), from load-port broadcasts */
+    __m512i v = _mm512_maskz_broadcast_i32x4(pair ? (__mmask16)0xffff : (__mmask16)0x00ff,
+                                             _mm_loadu_si128((const __m128i *)(const void *)(a + at)));
+    if (pair)
+        v = _mm512_mask_broadcast_i32x4(v, (__mmask16)0xff00, _mm_loadu_si128((const __m128i *)(const void *)(b + at)));
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
+    if (type == SY_DTYPE_Q5_0 || type == SY_DTYPE_Q5_1) {
+        const int qh = type == SY_DTYPE_Q5_0 ? 2 : 4; /* the fifth bits, one mask bit per element */
+        __mmask64 high = (__mmask64)u32_at(a + qh) | (pair ? (__mmask64)u32_at(b + qh) << 32 : 0);
+        u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(0x10));
+    }
+    return u;
+}
+
+/* Blocks j, j + 1 (pair) or j alone of the group at g against every token, into accumulator chain `chain`.
+ * vpdpbusd into a zero vector gives each block's eight exact int32 partial sums (codes <= 128 times activations
+ * of magnitude <= 127, four per lane: far from overflow; it does not saturate), lanes 0-7 block j, 8-15 block j + 1;
+ * one convert and one FMA with the two blocks' scales spread over their lanes serve both. */
+AVX512 static ALWAYS_INLINE void blocks32_pair(sy_dtype type, const uint8_t *g, size_t i0, const int j, const int pair,
+                                               const sy_qx_row *x, const int nb, const __m256 *scale,
+                                               const int chain, __m512 (*acc)[TILE]) {
+    const size_t bytes = blocks32_bytes(type);
+    const uint8_t *a = g + (size_t)j * bytes;
+    __mmask64 negative = 0;
+    __m512i u = blocks32_codes(type, a, a + bytes, pair, &negative);
+    for (int t = 0; t < nb; t++) {
+        const int8_t *qp = x[t].q + 32 * (i0 + (size_t)j);
+        /* a lone block reads only its own 32 activations (the row may end there) */
+        __m512i q = pair ? load64(qp) : _mm512_maskz_loadu_epi8((__mmask64)0xffffffffu, qp);
+        if (type == SY_DTYPE_Q8_0) q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
+        __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q));
+        acc[chain][t] = _mm512_fmadd_ps(f, spread(_mm512_castps256_ps512(scale[t]), j, 8), acc[chain][t]);
+    }
+}
+
 /* Blocks i0 .. i0 + count - 1 (count 8, or fewer at the end of a row) against every token.
  * w = d * u + offset per block (offset -8d, m, -16d, m); Q8_0: w = d * q, signed, by the sign trick. The eight
  * blocks' scales come in one gather (d, and m in the upper half of the same 32 bits), so each token pays one
  * multiply for the eight products d * dx and one FMA for the eight offsets times the activation sums. */
 AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t i0, const int count,
-                                                const sy_qx_row *x, const int nb, __m256 (*acc)[TILE],
-                                                __m512 *acc_off) {
+                                                const sy_qx_row *x, const int nb, __m512 (*acc)[TILE]) {
     const int bytes = (int)blocks32_bytes(type);
-    const __m256i zero = _mm256_setzero_si256(), bit4 = _mm256_set1_epi8(0x10);
     const __mmask8 m8 = (__mmask8)((1u << count) - 1u);
     const __mmask16 m16 = (__mmask16)((1u << (2 * count)) - 1u);
     const uint8_t *g = w + i0 * (size_t)bytes;
@@ -94,7 +133,7 @@ AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w,
     __m256i at = _mm256_setr_epi32(0, bytes, 2 * bytes, 3 * bytes, 4 * bytes, 5 * bytes, 6 * bytes, 7 * bytes);
     /* the first 4 bytes of each block: d (and Q4_1/Q5_1's m); masked lanes are not read */
     __m256i head = count == 8 ? _mm256_i32gather_epi32((const int *)(const void *)g, at, 1)
-                              : _mm256_mmask_i32gather_epi32(zero, m8, at, g, 1);
+                              : _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), m8, at, g, 1);
     __m256 d8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(head));
     __m512 off16 = _mm512_setzero_ps(); /* per 16-element group */
     if (type != SY_DTYPE_Q8_0) {
@@ -103,60 +142,38 @@ AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w,
                                               : _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(head, 16)));
         off16 = spread(_mm512_castps256_ps512(off8), 0, 2);
     }
-    __m256 scale[TILE];
+    __m256 scale[TILE]; /* lanes past count are zero (masked loads), and so are their codes */
     for (int t = 0; t < nb; t++) {
         __m256 dx = count == 8 ? _mm256_loadu_ps(x[t].d + i0) : _mm256_maskz_loadu_ps(m8, x[t].d + i0);
         scale[t] = _mm256_mul_ps(d8, dx);
         if (type != SY_DTYPE_Q8_0) {
             const float *sums = x[t].s16 + 2 * i0;
             __m512 s16 = count == 8 ? _mm512_loadu_ps(sums) : _mm512_maskz_loadu_ps(m16, sums);
-            acc_off[t] = _mm512_fmadd_ps(off16, s16, acc_off[t]);
+            acc[1][t] = _mm512_fmadd_ps(off16, s16, acc[1][t]); /* lanes per 16 elements, summed alike at the end */
         }
     }
-    for (int j = 0; j < count; j++) {
-        const uint8_t *b = g + (size_t)j * (size_t)bytes;
-        __m256i u, sign = zero;
-        if (type == SY_DTYPE_Q8_0) {
-            sign = load32(b + 2);
-            u = _mm256_abs_epi8(sign); /* -128 gives 0x80 = 128 unsigned */
-        } else if (type == SY_DTYPE_Q4_0) {
-            u = nibbles16(b + 2);
-        } else if (type == SY_DTYPE_Q4_1) {
-            u = nibbles16(b + 4);
-        } else if (type == SY_DTYPE_Q5_0) {
-            u = nibbles16(b + 6);
-            u = _mm256_mask_add_epi8(u, (__mmask32)u32_at(b + 2), u, bit4); /* the fifth bit, one mask bit each */
-        } else {
-            u = nibbles16(b + 8);
-            u = _mm256_mask_add_epi8(u, (__mmask32)u32_at(b + 4), u, bit4);
-        }
-        for (int t = 0; t < nb; t++) {
-            __m256i q = load32(x[t].q + 32 * (i0 + (size_t)j));
-            if (type == SY_DTYPE_Q8_0) q = _mm256_sign_epi8(q, sign);
-            __m256 f = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, u, q));
-            /* a constant chain index keeps the accumulators in registers (the tail's loop is not unrolled) */
-            int chain = count == 8 ? j % chains(nb) : 0;
-            __m256 s = _mm256_permutevar8x32_ps(scale[t], _mm256_set1_epi32(j));
-            acc[chain][t] = _mm256_fmadd_ps(f, s, acc[chain][t]);
-        }
+    if (count == 8) {
+        /* constant chain indices keep the accumulators in registers */
+        blocks32_pair(type, g, i0, 0, 1, x, nb, scale, 0, acc);
+        blocks32_pair(type, g, i0, 2, 1, x, nb, scale, 1, acc);
+        blocks32_pair(type, g, i0, 4, 1, x, nb, scale, 0, acc);
+        blocks32_pair(type, g, i0, 6, 1, x, nb, scale, 1, acc);
+        return;
     }
+    int j = 0;
+    for (; j + 2 <= count; j += 2) blocks32_pair(type, g, i0, j, 1, x, nb, scale, 0, acc);
+    if (j < count) blocks32_pair(type, g, i0, j, 0, x, nb, scale, 0, acc); /* an odd block left */
 }
 
 AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, size_t n_blocks,
                                               const sy_qx_row *x, const int nb, float *out) {
-    __m256 acc[4][TILE];
-    __m512 acc_off[TILE];
-    for (int t = 0; t < nb; t++) {
-        for (int c = 0; c < chains(nb); c++) acc[c][t] = _mm256_setzero_ps();
-        acc_off[t] = _mm512_setzero_ps();
-    }
+    __m512 acc[CHAINS][TILE];
+    for (int t = 0; t < nb; t++)
+        for (int c = 0; c < CHAINS; c++) acc[c][t] = _mm512_setzero_ps();
     size_t i0 = 0;
-    for (; i0 + 8 <= n_blocks; i0 += 8) blocks32_group(type, w, i0, 8, x, nb, acc, acc_off);
-    if (i0 < n_blocks) blocks32_group(type, w, i0, (int)(n_blocks - i0), x, nb, acc, acc_off);
-    for (int t = 0; t < nb; t++) {
-        for (int c = 1; c < chains(nb); c++) acc[0][t] = _mm256_add_ps(acc[0][t], acc[c][t]);
-        out[t] = hsum8(acc[0][t]) + hsum16(acc_off[t]);
-    }
+    for (; i0 + 8 <= n_blocks; i0 += 8) blocks32_group(type, w, i0, 8, x, nb, acc);
+    if (i0 < n_blocks) blocks32_group(type, w, i0, (int)(n_blocks - i0), x, nb, acc);
+    for (int t = 0; t < nb; t++) out[t] = hsum16(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
 /* ---- K-quants: 256-element blocks, 64 elements per step ---- */
