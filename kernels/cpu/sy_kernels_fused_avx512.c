@@ -333,69 +333,8 @@ AVX512 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t
 
 /* ---- one function per type and tile width ---- */
 
-/* Every row of a range; the row loop sits here so that the kernel's set-up is hoisted out of it. */
-#define ROWS(nb, call)                                                                                                 \
-    for (size_t r = row_begin; r < row_end; r++) {                                                                     \
-        const uint8_t *w = W + r * row_bytes;                                                                          \
-        float out[nb];                                                                                                 \
-        call(nb);                                                                                                      \
-        for (int t = 0; t < nb; t++) Y[(size_t)t * ldy + r] = out[t];                                                  \
-    }
-
-#define ROW_FUNCS(name, call)                                                                                          \
-    AVX512 static void name##_1(ROWS_PARAMS) { ROWS(1, call) }                                                         \
-    AVX512 static void name##_2(ROWS_PARAMS) { ROWS(2, call) }                                                         \
-    AVX512 static void name##_3(ROWS_PARAMS) { ROWS(3, call) }                                                         \
-    AVX512 static void name##_4(ROWS_PARAMS) { ROWS(4, call) }
-
-#define ROWS_PARAMS                                                                                                    \
-    const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t n, const sy_qx_row *x, float *Y,      \
-        size_t ldy
-
-#define CALL_Q4_0(nb) row_blocks32(SY_DTYPE_Q4_0, w, n, x, nb, out)
-#define CALL_Q4_1(nb) row_blocks32(SY_DTYPE_Q4_1, w, n, x, nb, out)
-#define CALL_Q5_0(nb) row_blocks32(SY_DTYPE_Q5_0, w, n, x, nb, out)
-#define CALL_Q5_1(nb) row_blocks32(SY_DTYPE_Q5_1, w, n, x, nb, out)
-#define CALL_Q8_0(nb) row_blocks32(SY_DTYPE_Q8_0, w, n, x, nb, out)
-#define CALL_Q2_K(nb) row_k16(SY_DTYPE_Q2_K, w, n, x, nb, out)
-#define CALL_Q3_K(nb) row_k16(SY_DTYPE_Q3_K, w, n, x, nb, out)
-#define CALL_Q4_K(nb) row_q4k_q5k(0, w, n, x, nb, out)
-#define CALL_Q5_K(nb) row_q4k_q5k(1, w, n, x, nb, out)
-#define CALL_Q6_K(nb) row_k16(SY_DTYPE_Q6_K, w, n, x, nb, out)
-
-ROW_FUNCS(q4_0, CALL_Q4_0)
-ROW_FUNCS(q4_1, CALL_Q4_1)
-ROW_FUNCS(q5_0, CALL_Q5_0)
-ROW_FUNCS(q5_1, CALL_Q5_1)
-ROW_FUNCS(q8_0, CALL_Q8_0)
-ROW_FUNCS(q2_k, CALL_Q2_K)
-ROW_FUNCS(q3_k, CALL_Q3_K)
-ROW_FUNCS(q4_k, CALL_Q4_K)
-ROW_FUNCS(q5_k, CALL_Q5_K)
-ROW_FUNCS(q6_k, CALL_Q6_K)
-
-#define SET_FUNCS(name)                                                                                                \
-    do {                                                                                                               \
-        out[0] = name##_1;                                                                                             \
-        out[1] = name##_2;                                                                                             \
-        out[2] = name##_3;                                                                                             \
-        out[3] = name##_4;                                                                                             \
-    } while (0)
-
-bool sy_fused_kernels_avx512(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE]) {
-    switch (wtype) {
-    case SY_DTYPE_Q4_0: SET_FUNCS(q4_0); return true;
-    case SY_DTYPE_Q4_1: SET_FUNCS(q4_1); return true;
-    case SY_DTYPE_Q5_0: SET_FUNCS(q5_0); return true;
-    case SY_DTYPE_Q5_1: SET_FUNCS(q5_1); return true;
-    case SY_DTYPE_Q8_0: SET_FUNCS(q8_0); return true;
-    case SY_DTYPE_Q2_K: SET_FUNCS(q2_k); return true;
-    case SY_DTYPE_Q3_K: SET_FUNCS(q3_k); return true;
-    case SY_DTYPE_Q4_K: SET_FUNCS(q4_k); return true;
-    case SY_DTYPE_Q5_K: SET_FUNCS(q5_k); return true;
-    case SY_DTYPE_Q6_K: SET_FUNCS(q6_k); return true;
-    default: return false;
-    }
-}
+#define SY_FUSED_TARGET AVX512
+#define SY_FUSED_TABLE_FN sy_fused_kernels_avx512
+#include "sy_kernels_fused_table.h"
 
 #endif
