@@ -42,6 +42,18 @@ int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char 
     return 0;
 }
 
+int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, const char *arg, void (*usage)(FILE *)) {
+    char err[256];
+    int handled = sy_engine_options_handle(eo, code, arg, err, sizeof err);
+    if (handled > 0) return 0;
+    if (handled < 0) {
+        sy_cli_error(verb, "%s", err);
+        return 1;
+    }
+    usage(stderr);
+    return 2;
+}
+
 void sy_cli_error(const char *verb, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -2,6 +2,9 @@
 #ifndef SY_HOST_CLI_COMMON_H
 #define SY_HOST_CLI_COMMON_H
 
+#include <stdio.h>
+
+#include "engine_options.h"
 #include "plugin_loader.h"
 
 /* Resolve the plugin directory (explicit, else SY_PLUGIN_DIR, else beside the executable) and load it.
@@ -14,6 +17,11 @@ int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char 
  * directory as sy_cli_load_plugins. */
 int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plugin_registry *reg, char *dir_out,
                              size_t dir_size);
+
+/* The getopt default case of a verb that passes engine options through: 0 when `code` was an engine option (now in
+ * eo); otherwise the verb's exit status, after one message: 1 for a bad value, 2 (with usage on stderr) for an
+ * unknown option. */
+int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, const char *arg, void (*usage)(FILE *));
 
 /* Print "switchyard <verb>: message" to stderr. */
 void sy_cli_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

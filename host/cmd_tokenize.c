@@ -75,15 +75,9 @@ int sy_cmd_tokenize(int argc, char **argv) {
         case OPT_NO_PARSE: flags &= ~(uint32_t)SY_TOKENIZE_PARSE_SPECIAL; break;
         case 'h': usage(stdout); status = 0; goto done;
         default: {
-            char err[256];
-            int handled = sy_engine_options_handle(&eo, c, optarg, err, sizeof err);
-            if (handled < 0) {
-                sy_cli_error("tokenize", "%s", err);
-                goto done;
-            }
-            if (handled == 0) {
-                usage(stderr);
-                status = 2;
+            int st = sy_cli_engine_option("tokenize", &eo, c, optarg, usage);
+            if (st != 0) {
+                status = st;
                 goto done;
             }
         }
