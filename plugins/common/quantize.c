@@ -231,6 +231,22 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale;
 }
 
+/* The symmetric levels l = round(iscale * x) in [-nmax, nmax - 1] and their weighted sums (weights x^2):
+ * sum w x l and sum w l^2. Writes l + offset to L unless L is NULL. */
+static void symmetric_levels(int n, int nmax, const float *x, float iscale, int8_t *L, int offset, float *sumlx,
+                             float *suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(round_even(iscale * x[i]), -nmax, nmax - 1);
+        if (L != NULL) L[i] = (int8_t)(l + offset);
+        float w = x[i] * x[i];
+        slx += w * x[i] * (float)l;
+        sl2 += w * (float)l * (float)l;
+    }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
 /* Symmetric fit x ~ scale * (L - nmax), L - nmax in [-nmax, nmax - 1], weights x^2: the level set of
  * -nmax / (signed extreme), then of 18 nearby inverse scales, each scored by its least-squares scale; keeps the
  * best. Returns the scale (0 for an all-zero group). */
@@ -241,29 +257,16 @@ static float fit_symmetric_search(int n, int nmax, const float *x, int8_t *L) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
-    float iscale = -(float)nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clamp_int(round_even(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    float sumlx, suml2;
+    symmetric_levels(n, nmax, x, -(float)nmax / max, L, nmax, &sumlx, &suml2);
     float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int s = -9; s <= 9; s++) {
         if (s == 0) continue;
-        iscale = -((float)nmax + 0.1f * (float)s) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clamp_int(round_even(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * (float)l;
-            suml2 += w * (float)l * (float)l;
-        }
+        float iscale = -((float)nmax + 0.1f * (float)s) / max;
+        symmetric_levels(n, nmax, x, iscale, NULL, 0, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clamp_int(round_even(iscale * x[i]), -nmax, nmax - 1));
+            symmetric_levels(n, nmax, x, iscale, L, nmax, &sumlx, &suml2);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -280,15 +283,8 @@ static float fit_symmetric_refined(int n, int nmax, const float *x, int8_t *L) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
-    float iscale = -(float)nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clamp_int(round_even(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    float sumlx, suml2;
+    symmetric_levels(n, nmax, x, -(float)nmax / max, L, 0, &sumlx, &suml2);
     for (int pass = 0; pass < 5; pass++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {
