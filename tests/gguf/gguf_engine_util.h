@@ -51,6 +51,25 @@ static inline void gt_engine_close(gt_engine *e) {
     if (e->handle) dlclose(e->handle);
 }
 
+/* A suite's setup: its oracle fixture (a path under the source tree), a fresh folder /tmp/sy-<name>-XXXXXX for the
+ * files it writes, and the gguf-quant plugin. 0, or -1 when any of them fails. */
+static inline int gt_suite_setup(cJSON **fixture, const char *fixture_path, char *tmpdir, size_t tmpdir_size,
+                                 const char *name, gt_engine *engine) {
+    *fixture = gt_load_json(fixture_path);
+    snprintf(tmpdir, tmpdir_size, "/tmp/sy-%s-XXXXXX", name);
+    if (*fixture == NULL || mkdtemp(tmpdir) == NULL) return -1;
+    return gt_engine_open(engine);
+}
+
+/* Undoes gt_suite_setup: the fixture, the plugin and the folder with everything in it. */
+static inline void gt_suite_teardown(cJSON *fixture, const char *tmpdir, gt_engine *engine) {
+    cJSON_Delete(fixture);
+    gt_engine_close(engine);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
 static inline sy_model *gt_load(const gt_engine *e, const char *path, const char *threads) {
     sy_option opts[2] = {{"threads", threads}, {"ctx_size", "1024"}};
     sy_model *m = NULL;

@@ -36,19 +36,12 @@ static char tmpdir[256];
 
 static int setup(void **state) {
     (void)state;
-    fixture = gt_load_json("tests/fixtures/gguf/tiny-models.json");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sy-gguf-models-XXXXXX");
-    if (fixture == NULL || mkdtemp(tmpdir) == NULL) return -1;
-    return gt_engine_open(&engine);
+    return gt_suite_setup(&fixture, "tests/fixtures/gguf/tiny-models.json", tmpdir, sizeof tmpdir, "gguf-models", &engine);
 }
 
 static int teardown(void **state) {
     (void)state;
-    cJSON_Delete(fixture);
-    gt_engine_close(&engine);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    gt_suite_teardown(fixture, tmpdir, &engine);
     return 0;
 }
 
