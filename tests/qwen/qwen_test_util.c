@@ -313,3 +313,28 @@ void qt_remove_tree(const char *dir) {
 }
 
 size_t qt_count_entries(const char *dir) { return walk(dir, false); }
+
+void qt_replace_text(const char *path, const char *from, const char *to) {
+    size_t len;
+    char *text = qt_read_file(path, &len);
+    char *at = text ? strstr(text, from) : NULL;
+    if (at == NULL) fail_msg("%s has no '%s'", path, from);
+    size_t head = (size_t)(at - text), out_len = len - strlen(from) + strlen(to);
+    char *out = malloc(out_len + 1);
+    memcpy(out, text, head);
+    memcpy(out + head, to, strlen(to));
+    strcpy(out + head + strlen(to), at + strlen(from));
+    qt_write_file(path, out, out_len);
+    free(out);
+    free(text);
+}
+
+void qt_expect_refusal(const char *dir, sy_status want, const char *needle, const char *k, const char *v) {
+    sy_model *m = NULL;
+    char *message;
+    sy_status st = qt_try_load(dir, &m, &message, k, v, NULL);
+    if (st != want || strstr(message, needle) == NULL)
+        fail_msg("load %s: status %d, message '%s'; wanted %d and '%s'", dir, st, message, want, needle);
+    assert_null(m);
+    free(message);
+}

@@ -59,6 +59,11 @@ extern int qt_cancel_requested;
 sy_model *qt_load(const char *dir, ...);
 /* Same, returning the status; *message gets a copy of the error message (caller frees) when not NULL. */
 sy_status qt_try_load(const char *dir, sy_model **out, char **message, ...);
+/* A load of dir (with one option k = v, or none when k is NULL) must fail with status `want` and a message that
+ * contains `needle`. */
+void qt_expect_refusal(const char *dir, sy_status want, const char *needle, const char *k, const char *v);
+/* Replaces the first `from` in the file at path with `to` (the test fails when there is none). */
+void qt_replace_text(const char *path, const char *from, const char *to);
 
 sy_status qt_decode(sy_model *m, sy_seq *s, const int32_t *tokens, uint32_t n, uint32_t n_logits, float *logits);
 int32_t qt_argmax(const float *logits, uint32_t n);

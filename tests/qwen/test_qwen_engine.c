@@ -501,37 +501,12 @@ typedef struct hostile_case {
     const char *needle;
 } hostile_case;
 
-static void replace_text(const char *path, const char *from, const char *to) {
-    size_t len;
-    char *text = qt_read_file(path, &len);
-    char *at = text ? strstr(text, from) : NULL;
-    if (at == NULL) fail_msg("%s has no '%s'", path, from);
-    size_t head = (size_t)(at - text), out_len = len - strlen(from) + strlen(to);
-    char *out = malloc(out_len + 1);
-    memcpy(out, text, head);
-    memcpy(out + head, to, strlen(to));
-    strcpy(out + head + strlen(to), at + strlen(from));
-    qt_write_file(path, out, out_len);
-    free(out);
-    free(text);
-}
-
-static void expect_refusal(const char *dir, sy_status want, const char *needle, const char *k, const char *v) {
-    sy_model *m = NULL;
-    char *message;
-    sy_status st = qt_try_load(dir, &m, &message, k, v, NULL);
-    if (st != want || strstr(message, needle) == NULL)
-        fail_msg("load %s: status %d, message '%s'; wanted %d and '%s'", dir, st, message, want, needle);
-    assert_null(m);
-    free(message);
-}
-
 static void run_hostile_case(const char *fixture_dir, const hostile_case *c) {
     char *dir = qt_temp_dir(), path[2048];
     qt_copy_dir(fixture_dir, dir);
     if (c->config_from) {
         snprintf(path, sizeof path, "%s/config.json", dir);
-        replace_text(path, c->config_from, c->config_to);
+        qt_replace_text(path, c->config_from, c->config_to);
     }
     if (c->file) {
         snprintf(path, sizeof path, "%s/%s", dir, c->file);
@@ -550,7 +525,7 @@ static void run_hostile_case(const char *fixture_dir, const hostile_case *c) {
             free(data);
         }
     }
-    expect_refusal(dir, c->want, c->needle, NULL, NULL);
+    qt_expect_refusal(dir, c->want, c->needle, NULL, NULL);
     if (c->want == SY_ERR_UNSUPPORTED) { /* probe says the same */
         assert_int_equal(qt_api->probe(dir), SY_ERR_UNSUPPORTED);
         assert_non_null(strstr(qt_api->error_message(), c->needle));
@@ -594,7 +569,7 @@ static void test_hostile_inputs(void **state) {
                                     {"kv_max_tokens", "0"},  {"backend", "gpu"},      {"keep_kv_cache", "maybe"},
                                     {"ctx_size", "99999999999"}};
     for (size_t i = 0; i < sizeof bad_options / sizeof bad_options[0]; i++)
-        expect_refusal(f.dir, SY_ERR_INVALID_ARGUMENT, bad_options[i][0], bad_options[i][0], bad_options[i][1]);
+        qt_expect_refusal(f.dir, SY_ERR_INVALID_ARGUMENT, bad_options[i][0], bad_options[i][0], bad_options[i][1]);
     /* unknown keys are ignored */
     sy_model *m = qt_load(f.dir, "some_other_engines_option", "x", NULL);
     qt_api->unload(m);

@@ -201,31 +201,6 @@ static void test_truncate_fork_redecode(void **state) {
 
 /* ---- hostile lfm2 checkpoints ---- */
 
-static void replace_text(const char *path, const char *from, const char *to) {
-    size_t len;
-    char *text = qt_read_file(path, &len);
-    char *at = text ? strstr(text, from) : NULL;
-    if (at == NULL) fail_msg("%s has no '%s'", path, from);
-    size_t head = (size_t)(at - text), out_len = len - strlen(from) + strlen(to);
-    char *out = malloc(out_len + 1);
-    memcpy(out, text, head);
-    memcpy(out + head, to, strlen(to));
-    strcpy(out + head + strlen(to), at + strlen(from));
-    qt_write_file(path, out, out_len);
-    free(out);
-    free(text);
-}
-
-static void expect_refusal(const char *dir, sy_status want, const char *needle, const char *k, const char *v) {
-    sy_model *m = NULL;
-    char *message;
-    sy_status st = qt_try_load(dir, &m, &message, k, v, NULL);
-    if (st != want || strstr(message, needle) == NULL)
-        fail_msg("load %s: status %d, message '%s'; wanted %d and '%s'", dir, st, message, want, needle);
-    assert_null(m);
-    free(message);
-}
-
 static void test_hostile_checkpoints(void **state) {
     (void)state;
     qt_fixture f;
@@ -255,8 +230,8 @@ static void test_hostile_checkpoints(void **state) {
         char *dir = qt_temp_dir(), path[2048];
         qt_copy_dir(f.dir, dir);
         snprintf(path, sizeof path, "%s/config.json", dir);
-        replace_text(path, cases[i].from, cases[i].to);
-        expect_refusal(dir, cases[i].want, cases[i].needle, NULL, NULL);
+        qt_replace_text(path, cases[i].from, cases[i].to);
+        qt_expect_refusal(dir, cases[i].want, cases[i].needle, NULL, NULL);
         qt_remove_tree(dir);
         free(dir);
     }
@@ -265,11 +240,11 @@ static void test_hostile_checkpoints(void **state) {
     qt_copy_dir(f.dir, dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     assert_int_equal(truncate(path, 4000), 0);
-    expect_refusal(dir, SY_ERR_FORMAT, "model.safetensors", NULL, NULL);
+    qt_expect_refusal(dir, SY_ERR_FORMAT, "model.safetensors", NULL, NULL);
     qt_remove_tree(dir);
     free(dir);
     /* the double-precision reference backend has no short convolution */
-    expect_refusal(f.dir, SY_ERR_UNSUPPORTED, "reference", "backend", "reference");
+    qt_expect_refusal(f.dir, SY_ERR_UNSUPPORTED, "reference", "backend", "reference");
     qt_fixture_free(&f);
 }
 
