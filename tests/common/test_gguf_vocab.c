@@ -18,40 +18,8 @@
 
 #include "gguf.h"
 #include "gguf_builder.h"
+#include "qwen3_fixture.h"
 #include "gguf_vocab.h"
-
-static char *read_zst(const char *name) {
-    const char *src = getenv("SY_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/qwen3/%s", src ? src : ".", name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    size_t packed_size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *packed = malloc(packed_size);
-    if (fread(packed, 1, packed_size, f) != packed_size) packed_size = 0;
-    fclose(f);
-    ZSTD_DCtx *dctx = ZSTD_createDCtx();
-    size_t cap = packed_size * 8 + 1024, n = 0;
-    char *out = malloc(cap + 1);
-    ZSTD_inBuffer in = {packed, packed_size, 0};
-    for (;;) {
-        if (cap - n < 65536) {
-            cap *= 2;
-            out = realloc(out, cap + 1);
-        }
-        ZSTD_outBuffer ob = {out + n, cap - n, 0};
-        size_t r = ZSTD_decompressStream(dctx, &ob, &in);
-        n += ob.pos;
-        if (ZSTD_isError(r)) fail_msg("%s: %s", name, ZSTD_getErrorName(r));
-        if (r == 0 && in.pos == in.size) break;
-    }
-    ZSTD_freeDCtx(dctx);
-    free(packed);
-    out[n] = '\0';
-    return out;
-}
 
 typedef struct fixture {
     gguf_buf file;
@@ -111,7 +79,7 @@ static void build_gguf(gguf_buf *b, const cJSON *tj, const char *pre) {
 
 static int setup(void **state) {
     fixture *fx = calloc(1, sizeof *fx);
-    char *json = read_zst("tokenizer.json.zst");
+    char *json = qwen3_fixture_read_zst("tokenizer.json.zst", NULL);
     if (json == NULL) return -1;
     cJSON *tj = cJSON_Parse(json);
     free(json);
@@ -130,7 +98,7 @@ static int setup(void **state) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    json = read_zst("bpe_cases.json.zst");
+    json = qwen3_fixture_read_zst("bpe_cases.json.zst", NULL);
     fx->cases = json ? cJSON_Parse(json) : NULL;
     free(json);
     *state = fx;

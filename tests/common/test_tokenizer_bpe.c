@@ -18,6 +18,7 @@
 #include <zstd.h>
 
 #include "switchyard/engine.h"
+#include "qwen3_fixture.h"
 #include "tokenizer_bpe.h"
 #include "utf8_stream.h"
 
@@ -27,79 +28,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void fixture_path(char *out, size_t cap, const char *name) {
-    const char *src = getenv("SY_SOURCE_DIR");
-    snprintf(out, cap, "%s/tests/fixtures/tokenizers/qwen3/%s", src ? src : ".", name);
-}
-
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf != NULL)
-        buf[n] = '\0';
-    *size = (size_t)n;
-    return buf;
-}
-
-/* Reads and decompresses a .zst fixture (NUL-terminated for cJSON). */
-static char *read_zst(const char *name, size_t *size) {
-    char path[1024];
-    size_t packed_size;
-    fixture_path(path, sizeof path, name);
-    char *packed = read_file(path, &packed_size);
-    if (packed == NULL) {
-        fprintf(stderr, "cannot read %s\n", path);
-        return NULL;
-    }
-    /* streamed: a frame written from a pipe does not record its size */
-    ZSTD_DCtx *dctx = ZSTD_createDCtx();
-    size_t cap = packed_size * 4 + 1024, n = 0;
-    char *out = malloc(cap + 1);
-    ZSTD_inBuffer in = {packed, packed_size, 0};
-    bool ok = dctx != NULL && out != NULL;
-    while (ok) {
-        if (cap - n < 65536) {
-            char *bigger = realloc(out, cap * 2 + 1);
-            ok = bigger != NULL;
-            if (!ok)
-                break;
-            out = bigger;
-            cap *= 2;
-        }
-        ZSTD_outBuffer ob = {out + n, cap - n, 0};
-        size_t r = ZSTD_decompressStream(dctx, &ob, &in);
-        n += ob.pos;
-        if (ZSTD_isError(r)) {
-            fprintf(stderr, "%s: %s\n", path, ZSTD_getErrorName(r));
-            ok = false;
-        } else if (r == 0 && in.pos == in.size) {
-            break;
-        } else if (ob.pos == 0 && in.pos == in.size) {
-            fprintf(stderr, "%s: truncated\n", path);
-            ok = false;
-        }
-    }
-    ZSTD_freeDCtx(dctx);
-    free(packed);
-    if (!ok) {
-        free(out);
-        return NULL;
-    }
-    out[n] = '\0';
-    *size = n;
-    return out;
 }
 
 static int hex_value(char c) {
@@ -156,7 +84,7 @@ static shared g;
 
 static int setup_all(void **state) {
     (void)state;
-    g.json = read_zst("tokenizer.json.zst", &g.json_len);
+    g.json = qwen3_fixture_read_zst("tokenizer.json.zst", &g.json_len);
     if (g.json == NULL)
         return -1;
     char err[512];
@@ -170,7 +98,7 @@ static int setup_all(void **state) {
     fprintf(stderr, "[ info ] Qwen3 tokenizer.json (%zu bytes, %u ids, %zu merges) loaded in %.1f ms\n",
             g.json_len, sy_bpe_n_vocab(g.tok), sy_bpe_n_merges(g.tok), t1 - t0);
     size_t n;
-    char *doc = read_zst("bpe_cases.json.zst", &n);
+    char *doc = qwen3_fixture_read_zst("bpe_cases.json.zst", &n);
     if (doc == NULL)
         return -1;
     g.cases = cJSON_ParseWithLength(doc, n);
@@ -871,7 +799,7 @@ static void test_builder_refuses(void **state) {
 static void test_tokenizer_config(void **state) {
     (void)state;
     char path[1024], err[512];
-    fixture_path(path, sizeof path, "tokenizer_config.json");
+    qwen3_fixture_path(path, sizeof path, "tokenizer_config.json");
     sy_tokenizer_config c;
     if (!sy_tokenizer_config_load(path, &c, err, sizeof err))
         fail_msg("%s", err);

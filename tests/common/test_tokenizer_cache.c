@@ -31,6 +31,7 @@
 #include "hf_vocab.h"
 #include "tokenizer_bpe.h"
 #include "tokenizer_cache.h"
+#include "qwen3_fixture.h"
 
 static double now_ms(void) {
     struct timespec t;
@@ -336,40 +337,6 @@ static void test_keys(void **state) {
 
 /* ==== gguf-quant's vocabulary on the Qwen3 tokenizer ==== */
 
-static char *read_zst(const char *name, size_t *size) {
-    const char *src = getenv("SY_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/qwen3/%s", src ? src : ".", name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    size_t packed_size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *packed = malloc(packed_size);
-    if (fread(packed, 1, packed_size, f) != packed_size) packed_size = 0;
-    fclose(f);
-    ZSTD_DCtx *dctx = ZSTD_createDCtx();
-    size_t cap = packed_size * 8 + 1024, n = 0;
-    char *out = malloc(cap + 1);
-    ZSTD_inBuffer in = {packed, packed_size, 0};
-    for (;;) {
-        if (cap - n < 65536) {
-            cap *= 2;
-            out = realloc(out, cap + 1);
-        }
-        ZSTD_outBuffer ob = {out + n, cap - n, 0};
-        size_t r = ZSTD_decompressStream(dctx, &ob, &in);
-        n += ob.pos;
-        if (ZSTD_isError(r)) fail_msg("%s: %s", name, ZSTD_getErrorName(r));
-        if (r == 0 && in.pos == in.size) break;
-    }
-    ZSTD_freeDCtx(dctx);
-    free(packed);
-    out[n] = '\0';
-    if (size) *size = n;
-    return out;
-}
-
 /* What differs between the GGUF files of one vocabulary. */
 typedef struct variant {
     const char *name; /* general.name */
@@ -445,7 +412,7 @@ static const variant VARIANT_GPT2_PRE = {"qwen a", "gpt-2", 151645, false};
 
 static int setup_qwen(void **state) {
     (void)state;
-    qf.json_text = read_zst("tokenizer.json.zst", &qf.json_len);
+    qf.json_text = qwen3_fixture_read_zst("tokenizer.json.zst", &qf.json_len);
     if (qf.json_text == NULL) return -1;
     qf.tokenizer_json = cJSON_Parse(qf.json_text);
     if (qf.tokenizer_json == NULL) return -1;
