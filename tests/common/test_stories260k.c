@@ -24,6 +24,7 @@
 #include "gguf.h"
 #include "gguf_builder.h"
 #include "sy_kernels.h"
+#include "hf_config.h"
 
 #define N_VOCAB 512
 #define BOS 1
@@ -48,22 +49,8 @@ static const sy_host_api host_api = {
     .is_cancelled = host_is_cancelled,
 };
 
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    *size = (size_t)n;
-    return buf;
-}
+/* A whole fixture file, NUL-terminated; NULL when it cannot be read. */
+static char *read_file(const char *path, size_t *size) { return sy_hf_read_file(path, SIZE_MAX - 1, size, NULL, 0); }
 
 static int setup(void **state) {
     (void)state;

@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "gguf_builder.h"
 #include "tokenizer_spm.h"
+#include "hf_config.h"
 
 typedef struct fixture {
     sy_gguf *gguf;
@@ -22,22 +23,8 @@ typedef struct fixture {
     cJSON *doc;
 } fixture;
 
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    *size = (size_t)n;
-    return buf;
-}
+/* A whole fixture file, NUL-terminated; NULL when it cannot be read. */
+static char *read_file(const char *path, size_t *size) { return sy_hf_read_file(path, SIZE_MAX - 1, size, NULL, 0); }
 
 static int setup(void **state) {
     const char *src = getenv("SY_SOURCE_DIR");
