@@ -68,21 +68,24 @@ def warm_page_cache(path):
 class Server:
     """One `switchyard serve` with the given config text, on a free loopback port."""
 
-    def __init__(self, switchyard, config_text, plugin_dir=None, work_dir=None, log_level="info"):
+    def __init__(self, switchyard, config_text, plugin_dir=None, work_dir=None, log_level="info", extra_args=(),
+                 log_name="server.log", start_timeout=30):
         self.dir = work_dir or tempfile.mkdtemp(prefix="sy-serve-bench-")
         os.makedirs(self.dir, exist_ok=True)
         self.config_path = os.path.join(self.dir, "serve.ini")
         with open(self.config_path, "w") as f:
             f.write(config_text)
-        self.log_path = os.path.join(self.dir, "server.log")
+        self.log_path = os.path.join(self.dir, log_name)
         self.log = open(self.log_path, "wb")
         cmd = [switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0", "--log-level",
                log_level]
         if plugin_dir:
             cmd += ["--plugin-dir", plugin_dir]
+        cmd += list(extra_args)
+        self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
-        deadline = time.time() + 30
+        deadline = time.time() + start_timeout
         while time.time() < deadline and self.proc.poll() is None:
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
             if m:
@@ -111,11 +114,12 @@ class Server:
         finally:
             conn.close()
 
-    def stop(self):
+    def stop(self, timeout=60):
+        """SIGTERM, then wait up to `timeout` seconds (SIGKILL after). Returns the exit status."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=60)
+            rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()

@@ -25,8 +25,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,40 +42,14 @@ class ResumableServer(sc.Server):
     """serve_common.Server with extra command-line flags (e.g. --resume)."""
 
     def __init__(self, switchyard, config_text, work_dir, extra_args=()):
-        self.dir = work_dir
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "serve.ini")
-        with open(self.config_path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(self.dir, f"server-{int(time.time() * 1000)}.log")
-        self.log = open(self.log_path, "wb")
-        cmd = [switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0", "--log-level", "info",
-               *extra_args]
-        self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.02)
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("switchyard serve did not start:\n" + self.log_text()[-3000:])
+        # a log per start: the servers of one run restart in the same folder
+        super().__init__(switchyard, config_text, work_dir=work_dir, extra_args=extra_args,
+                         log_name=f"server-{int(time.time() * 1000)}.log", start_timeout=60)
 
     def stop(self):
         """SIGTERM and wait: the clean shutdown writes the snapshots. Returns (rc, seconds to exit)."""
         t0 = time.perf_counter()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.log.close()
+        rc = super().stop(timeout=300)
         return rc, time.perf_counter() - t0
 
 
