@@ -185,7 +185,7 @@ const char *sy_matmul_qx_check(sy_dtype wtype, const void *W, size_t row_bytes, 
 
 size_t sy_quantize_x_bytes(size_t k, size_t n_batch) {
     if (k % SY_QX_BLOCK != 0) return 0;
-    if (k > SIZE_MAX / 2) return 0;
+    if (k > SIZE_MAX / 4) return 0;
     size_t row = sy_qx_row_bytes(k);
     if (n_batch != 0 && row > SIZE_MAX / n_batch) return 0;
     return row * n_batch;
@@ -222,6 +222,27 @@ void sy_quantize_row_scalar(const float *x, size_t k, int8_t *q, float *d, float
     }
 }
 
+/* The qi and nsum parts of a quantized row, from its q (see sy_qx_row). */
+static void interleave_row(sy_qx_row row, size_t k) {
+    size_t n_blocks = k / SY_QX_BLOCK, groups = sy_qx_igroups(k);
+    int8_t *qi = (int8_t *)(uintptr_t)row.qi;
+    int32_t *nsum = (int32_t *)(uintptr_t)row.nsum;
+    size_t used = n_blocks - (groups - 1) * SY_QX_IGROUP_BLOCKS; /* blocks in the last group */
+    if (used < SY_QX_IGROUP_BLOCKS) {
+        memset(qi + (groups - 1) * SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK, 0, SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK);
+        memset(nsum + n_blocks, 0, (SY_QX_IGROUP_BLOCKS - used) * sizeof *nsum);
+    }
+    for (size_t blk = 0; blk < n_blocks; blk++) {
+        const int8_t *q = row.q + blk * SY_QX_BLOCK;
+        int8_t *to = qi + (blk / SY_QX_IGROUP_BLOCKS) * SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK +
+                     (blk % SY_QX_IGROUP_BLOCKS) * 4;
+        int32_t sum = 0;
+        for (size_t c = 0; c < SY_QX_BLOCK / 4; c++) memcpy(to + c * SY_QX_IGROUP_BLOCKS * 4, q + 4 * c, 4);
+        for (size_t i = 0; i < SY_QX_BLOCK; i++) sum += q[i];
+        nsum[blk] = -sum;
+    }
+}
+
 int sy_quantize_x(const float *X, size_t n_batch, size_t ldx, size_t k, void *QX) {
     if (k % SY_QX_BLOCK != 0 || (sy_quantize_x_bytes(k, n_batch) == 0 && n_batch != 0)) return SY_KERNEL_EINVAL;
     if (n_batch == 0 || k == 0) return SY_KERNEL_OK;
@@ -237,6 +258,7 @@ int sy_quantize_x(const float *X, size_t n_batch, size_t ldx, size_t k, void *QX
         sy_qx_row row = sy_qx_row_at(QX, k, b);
         quantize_row(X + b * ldx, k, (int8_t *)(uintptr_t)row.q, (float *)(uintptr_t)row.d,
                      (float *)(uintptr_t)row.s16);
+        interleave_row(row, k);
     }
     return SY_KERNEL_OK;
 }
@@ -315,7 +337,7 @@ void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unp
     }
 }
 
-void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE], sy_dtype wtype, const void *W,
+void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE_MAX], int tile, sy_dtype wtype, const void *W,
                                size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
                                size_t n_batch, float *Y, size_t ldy) {
     if (k == 0) {
@@ -325,12 +347,12 @@ void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE], sy_dty
     }
     size_t n_blocks = k / sy_dtype_get(wtype)->block_elems;
     /* a few rows at a time meet every group of the batch while they are in L1 */
-    const size_t rows_per_pass = n_batch <= SY_FUSED_TILE ? row_end - row_begin : 16;
+    const size_t rows_per_pass = n_batch <= (size_t)tile ? row_end - row_begin : 16;
     for (size_t r0 = row_begin; r0 < row_end; r0 += rows_per_pass) {
         size_t r1 = row_end - r0 < rows_per_pass ? row_end : r0 + rows_per_pass;
-        for (size_t b0 = 0; b0 < n_batch; b0 += SY_FUSED_TILE) {
-            size_t nb = n_batch - b0 < SY_FUSED_TILE ? n_batch - b0 : SY_FUSED_TILE;
-            sy_qx_row x[SY_FUSED_TILE];
+        for (size_t b0 = 0; b0 < n_batch; b0 += (size_t)tile) {
+            size_t nb = n_batch - b0 < (size_t)tile ? n_batch - b0 : (size_t)tile;
+            sy_qx_row x[SY_FUSED_TILE_MAX];
             for (size_t t = 0; t < nb; t++) x[t] = sy_qx_row_at(QX, k, b0 + t);
             fns[nb - 1]((const uint8_t *)W, row_bytes, r0, r1, n_blocks, x, Y + b0 * ldy, ldy);
         }

@@ -557,9 +557,11 @@ static int matmul_qx_avx2(sy_dtype wtype, const void *W, size_t row_bytes, size_
                           size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
     if (sy_matmul_qx_check(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy) != NULL)
         return SY_KERNEL_EINVAL;
-    sy_fused_rows_fn fused[SY_FUSED_TILE];
-    if (sy_fused_wanted(wtype, n_batch, FUSED_CROSSOVER_BLOCKS32(wtype)) && sy_fused_kernels_avx2(wtype, fused)) {
-        sy_matmul_qx_fused_driver(fused, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
+    sy_fused_rows_fn fused[SY_FUSED_TILE_MAX];
+    int tile = 0;
+    if (sy_fused_wanted(wtype, n_batch, FUSED_CROSSOVER_BLOCKS32(wtype)) &&
+        (tile = sy_fused_kernels_avx2(wtype, fused)) > 0) {
+        sy_matmul_qx_fused_driver(fused, tile, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
         return SY_KERNEL_OK;
     }
     int wide = sy_unpacked_is_wide(wtype);

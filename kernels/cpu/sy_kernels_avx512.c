@@ -333,20 +333,20 @@ AVX512 static void dot_unpacked2x4_avx512(const uint8_t *u0, const float *a0, co
     dot_unpacked_tile(2, u0, a0, c0, u1, a1, c1, x, k0, n, out);
 }
 
-/* The fused kernels serve every batch size. From 5 tokens on, the unpacked chunk dotted four tokens at a time is
- * faster for the 32-element block types (measured on 1024 x 896 matrices, one thread), but it adds in another
- * order: a token's result would then depend on how many others share its call, and speculative verification and
- * continuous batching could pick other tokens than a plain decode at a near-tie. The unpack path stays for
- * -DSY_FUSED_DISABLE=1 builds. */
+/* The fused kernels serve every batch size: the unpack path adds up in another order, so a token's result would
+ * depend on how many others share its call, and speculative verification and continuous batching could pick other
+ * tokens than a plain decode at a near-tie. The unpack path stays for -DSY_FUSED_DISABLE=1 builds. */
 #define FUSED_CROSSOVER_BLOCKS32 SIZE_MAX
 
 static int matmul_qx_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
                             size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
     if (sy_matmul_qx_check(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy) != NULL)
         return SY_KERNEL_EINVAL;
-    sy_fused_rows_fn fused[SY_FUSED_TILE];
-    if (sy_fused_wanted(wtype, n_batch, FUSED_CROSSOVER_BLOCKS32) && sy_fused_kernels_avx512(wtype, fused)) {
-        sy_matmul_qx_fused_driver(fused, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
+    sy_fused_rows_fn fused[SY_FUSED_TILE_MAX];
+    int tile = 0;
+    if (sy_fused_wanted(wtype, n_batch, FUSED_CROSSOVER_BLOCKS32) &&
+        (tile = sy_fused_kernels_avx512(wtype, fused)) > 0) {
+        sy_matmul_qx_fused_driver(fused, tile, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
         return SY_KERNEL_OK;
     }
     /* vpdpbusd multiplies unsigned by signed bytes without saturating, so Q8_0's full 8-bit range is fine */

@@ -1,11 +1,11 @@
-/* Fused quantized dots, AVX-512 tier (F, BW, VL, VNNI): small batches, and the K-quants at every batch size (see
- * sy_kernels_internal.h and sy_kernels_fused_avx2.c for the scheme).
+/* Fused quantized dots, AVX-512 tier (F, BW, VL, VNNI), for every batch size (see sy_kernels_internal.h and
+ * sy_kernels_fused_avx2.c for the scheme).
  *
  * vpdpbusd multiplies unsigned weight codes by signed activation bytes and sums each four into 32 bits in one
- * instruction. Every type works on 512-bit vectors, 64 elements (two activation blocks) at a time, with the
- * per-lane f32 scales picked by one permute per token: the 32-element block types two consecutive blocks per vector
- * (eight blocks' scales per gather, a lone block at the end of an odd row), the K-quants 64 elements of a
- * 256-element block. Reading ahead: see sy_prefetch_ahead. */
+ * instruction. The 32-element block types take sixteen blocks at a time, one block per 32-bit lane (see
+ * blocks32_group), up to eight tokens per pass over the weights; the K-quants take 64 elements of a 256-element block
+ * at a time, with the per-lane f32 scales picked by one permute per token, four tokens per pass. Reading ahead: see
+ * sy_prefetch_ahead. */
 #include "sy_kernels_internal.h"
 
 #if SY_KERNELS_X86
@@ -14,7 +14,9 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
-#define TILE SY_FUSED_TILE
+#define TILE 4 /* the K-quants: eight tokens would not fit the registers */
+#define TILE32 8 /* the 32-element block types */
+#define SY_FUSED_BLOCKS32_TILE TILE32
 
 AVX512 static ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -56,15 +58,17 @@ AVX512 static ALWAYS_INLINE __m512 spread(__m512 v, int base, int per) {
     return _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(base), step), v);
 }
 
-/* Independent FMA accumulators per token of the 32-element block kernels, so FMA latency hides. The same number
- * whatever the batch: a token's result must not depend on how many others share the call (batch invariance, see
- * sy_kernels.h). Two, as for the K-quants: with four tokens that is eight chains in flight, and the accumulators,
- * scales and codes of a four-token tile then fit the 32 vector registers (four chains spilled; measured slower). */
-#define CHAINS 2
+/* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ----
+ *
+ * Sixteen blocks at a time, one block per 32-bit lane: the group's codes are decoded two blocks to a vector, then
+ * transposed so that vector c holds the four codes c of every block, which meet the activations' interleaved copy
+ * (sy_qx_row.qi) in eight vpdpbusd. Each lane then holds its block's exact integer dot product, and each token pays
+ * one convert, one multiply and one FMA per sixteen blocks for the scales: the per-token work is little more than the
+ * eight vpdpbusd, while the decode and the transposition are shared by the tile. The weights' integer offsets
+ * (-8, -16; Q8_0's codes are biased by +128 to be unsigned) start the integer sums as offset * sum(q), from the
+ * activations' block sums; Q4_1 and Q5_1 add m * dx * sum(q) in floating point. */
 
-/* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ---- */
-
-static inline size_t blocks32_bytes(sy_dtype type) {
+static inline int blocks32_bytes(sy_dtype type) {
     return type == SY_DTYPE_Q4_0   ? 18
            : type == SY_DTYPE_Q4_1 ? 20
            : type == SY_DTYPE_Q5_0 ? 22
@@ -72,16 +76,18 @@ static inline size_t blocks32_bytes(sy_dtype type) {
                                    : 34;
 }
 
+/* log2 of minus the weights' integer offset (w = d * (u - offset)); 0: none */
+static inline int blocks32_offset_shift(sy_dtype type) {
+    return type == SY_DTYPE_Q4_0 ? 3 : type == SY_DTYPE_Q5_0 ? 4 : type == SY_DTYPE_Q8_0 ? 7 : 0;
+}
+
 /* The unsigned codes of block a in the lower half and of block b (the next one) in the upper half, in element
- * order; with pair 0 only block a, the upper half zero and b not read. Q8_0: |w|, with *negative the lanes whose
- * weight is negative (the sign moves to the activations). */
-AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t *a, const uint8_t *b, const int pair,
-                                                   __mmask64 *negative) {
+ * order; with pair 0 only block a, the upper half zero and b not read. */
+AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t *a, const uint8_t *b, const int pair) {
     if (type == SY_DTYPE_Q8_0) {
         __m512i w = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(load32(a + 2)), load32(b + 2), 1)
                          : _mm512_zextsi256_si512(load32(a + 2));
-        *negative = _mm512_cmplt_epi8_mask(w, _mm512_setzero_si512()); /* a compare runs beside vpdpbusd's port */
-        return _mm512_abs_epi8(w); /* -128 gives 0x80 = 128 unsigned */
+        return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)); /* q + 128 */
     }
     const int at = type == SY_DTYPE_Q4_0 ? 2 : type == SY_DTYPE_Q4_1 ? 4 : type == SY_DTYPE_Q5_0 ? 6 : 8;
     /* each block's 16 bytes twice (low nibbles, then high nibbles), from load-port broadcasts */
@@ -98,82 +104,87 @@ AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t 
     return u;
 }
 
-/* Blocks j, j + 1 (pair) or j alone of the group at g against every token, into accumulator chain `chain`.
- * vpdpbusd into a zero vector gives each block's eight exact int32 partial sums (codes <= 128 times activations
- * of magnitude <= 127, four per lane: far from overflow; it does not saturate), lanes 0-7 block j, 8-15 block j + 1;
- * one convert and one FMA with the two blocks' scales spread over their lanes serve both. */
-AVX512 static ALWAYS_INLINE void blocks32_pair(sy_dtype type, const uint8_t *g, size_t i0, const int j, const int pair,
-                                               const sy_qx_row *x, const int nb, const __m256 *scale,
-                                               const int chain, __m512 (*acc)[TILE]) {
-    const size_t bytes = blocks32_bytes(type);
-    const uint8_t *a = g + (size_t)j * bytes;
-    __mmask64 negative = 0;
-    __m512i u = blocks32_codes(type, a, a + bytes, pair, &negative);
-    for (int t = 0; t < nb; t++) {
-        const int8_t *qp = x[t].q + 32 * (i0 + (size_t)j);
-        /* a lone block reads only its own 32 activations (the row may end there) */
-        __m512i q = pair ? load64(qp) : _mm512_maskz_loadu_epi8((__mmask64)0xffffffffu, qp);
-        if (type == SY_DTYPE_Q8_0) q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
-        __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q));
-        acc[chain][t] = _mm512_fmadd_ps(f, spread(_mm512_castps256_ps512(scale[t]), j, 8), acc[chain][t]);
+/* v[p] holds blocks 2p and 2p + 1, eight 32-bit lanes each; afterwards v[c] holds lane c of block l in lane l. Three
+ * rounds of two-source permutes, each trading one bit of the vector index for one of the lane index. */
+AVX512 static ALWAYS_INLINE void transpose_blocks16(__m512i v[8]) {
+    const __m512i r1a = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    const __m512i r1b = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    const __m512i r2a = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    const __m512i r2b = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    const __m512i r3a = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    const __m512i r3b = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
+    __m512i t[8];
+    for (int m = 0; m < 4; m++) {
+        t[2 * m] = _mm512_permutex2var_epi32(v[2 * m], r1a, v[2 * m + 1]);
+        t[2 * m + 1] = _mm512_permutex2var_epi32(v[2 * m], r1b, v[2 * m + 1]);
     }
+    for (int h = 0; h < 2; h++)
+        for (int c0 = 0; c0 < 2; c0++) {
+            v[4 * h + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2a, t[4 * h + 2 + c0]);
+            v[4 * h + 2 + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2b, t[4 * h + 2 + c0]);
+        }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_permutex2var_epi32(v[j], r3a, v[4 + j]);
+        t[4 + j] = _mm512_permutex2var_epi32(v[j], r3b, v[4 + j]);
+    }
+    for (int c = 0; c < 8; c++) v[c] = t[c];
 }
 
-/* Blocks i0 .. i0 + count - 1 (count 8, or fewer at the end of a row) against every token.
- * w = d * u + offset per block (offset -8d, m, -16d, m); Q8_0: w = d * q, signed, by the sign trick. The eight
- * blocks' scales come in one gather (d, and m in the upper half of the same 32 bits), so each token pays one
- * multiply for the eight products d * dx and one FMA for the eight offsets times the activation sums. */
-AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t i0, const int count,
-                                                const sy_qx_row *x, const int nb, __m512 (*acc)[TILE]) {
-    const int bytes = (int)blocks32_bytes(type);
-    const __mmask8 m8 = (__mmask8)((1u << count) - 1u);
-    const __mmask16 m16 = (__mmask16)((1u << (2 * count)) - 1u);
-    const uint8_t *g = w + i0 * (size_t)bytes;
-    sy_prefetch_ahead(g, 8 * (size_t)bytes);
-    __m256i at = _mm256_setr_epi32(0, bytes, 2 * bytes, 3 * bytes, 4 * bytes, 5 * bytes, 6 * bytes, 7 * bytes);
-    /* the first 4 bytes of each block: d (and Q4_1/Q5_1's m); masked lanes are not read */
-    __m256i head = count == 8 ? _mm256_i32gather_epi32((const int *)(const void *)g, at, 1)
-                              : _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), m8, at, g, 1);
-    __m256 d8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(head));
-    __m512 off16 = _mm512_setzero_ps(); /* per 16-element group */
-    if (type != SY_DTYPE_Q8_0) {
-        __m256 off8 = type == SY_DTYPE_Q4_0   ? _mm256_mul_ps(d8, _mm256_set1_ps(-8.0f))
-                      : type == SY_DTYPE_Q5_0 ? _mm256_mul_ps(d8, _mm256_set1_ps(-16.0f))
-                                              : _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(head, 16)));
-        off16 = spread(_mm512_castps256_ps512(off8), 0, 2);
-    }
-    __m256 scale[TILE]; /* lanes past count are zero (masked loads), and so are their codes */
-    for (int t = 0; t < nb; t++) {
-        __m256 dx = count == 8 ? _mm256_loadu_ps(x[t].d + i0) : _mm256_maskz_loadu_ps(m8, x[t].d + i0);
-        scale[t] = _mm256_mul_ps(d8, dx);
-        if (type != SY_DTYPE_Q8_0) {
-            const float *sums = x[t].s16 + 2 * i0;
-            __m512 s16 = count == 8 ? _mm512_loadu_ps(sums) : _mm512_maskz_loadu_ps(m16, sums);
-            acc[1][t] = _mm512_fmadd_ps(off16, s16, acc[1][t]); /* lanes per 16 elements, summed alike at the end */
+/* Blocks 16 gi .. 16 gi + count - 1 (count 16, or fewer at the end of a row) of the row at w against every token. */
+AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t gi, const int count,
+                                                const sy_qx_row *x, const int nb, __m512 *acc) {
+    const int bytes = blocks32_bytes(type);
+    const uint8_t *g = w + gi * 16 * (size_t)bytes;
+    sy_prefetch_ahead(g, 16 * (size_t)bytes);
+    const __mmask16 live = (__mmask16)(count == 16 ? 0xffffu : (1u << count) - 1u);
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(bytes));
+    /* the first 4 bytes of each block: d (and Q4_1/Q5_1's m); lanes past count are zero and not read */
+    __m512i head = count == 16 ? _mm512_i32gather_epi32(at, (const void *)g, 1)
+                               : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)g, 1);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    const int with_min = type == SY_DTYPE_Q4_1 || type == SY_DTYPE_Q5_1;
+    const __m512 mw = with_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : dw;
+    __m512i v[8];
+    for (int p = 0; p < 8; p++) {
+        if (2 * p + 1 < count) {
+            v[p] = blocks32_codes(type, g + 2 * p * bytes, g + (2 * p + 1) * bytes, 1);
+        } else if (2 * p < count) {
+            v[p] = blocks32_codes(type, g + 2 * p * bytes, NULL, 0);
+        } else {
+            v[p] = _mm512_setzero_si512();
         }
     }
-    if (count == 8) {
-        /* constant chain indices keep the accumulators in registers */
-        blocks32_pair(type, g, i0, 0, 1, x, nb, scale, 0, acc);
-        blocks32_pair(type, g, i0, 2, 1, x, nb, scale, 1, acc);
-        blocks32_pair(type, g, i0, 4, 1, x, nb, scale, 0, acc);
-        blocks32_pair(type, g, i0, 6, 1, x, nb, scale, 1, acc);
-        return;
+    transpose_blocks16(v);
+    const int shift = blocks32_offset_shift(type);
+    for (int t = 0; t < nb; t++) {
+        const int8_t *qi = x[t].qi + gi * 512;
+        const __m512i nsum = _mm512_loadu_si512(x[t].nsum + gi * 16);
+        /* two integer chains: exact, so their split cannot change a result */
+        __m512i s0 = shift ? _mm512_slli_epi32(nsum, (unsigned)shift) : _mm512_setzero_si512();
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[1], load64(qi + 64));
+        s0 = _mm512_dpbusd_epi32(s0, v[0], load64(qi));
+        s0 = _mm512_dpbusd_epi32(s0, v[2], load64(qi + 128));
+        s1 = _mm512_dpbusd_epi32(s1, v[3], load64(qi + 192));
+        s0 = _mm512_dpbusd_epi32(s0, v[4], load64(qi + 256));
+        s1 = _mm512_dpbusd_epi32(s1, v[5], load64(qi + 320));
+        s0 = _mm512_dpbusd_epi32(s0, v[6], load64(qi + 384));
+        s1 = _mm512_dpbusd_epi32(s1, v[7], load64(qi + 448));
+        const __m512 dx = count == 16 ? _mm512_loadu_ps(x[t].d + gi * 16) : _mm512_maskz_loadu_ps(live, x[t].d + gi * 16);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, dx), acc[t]);
+        /* w = d * u + m: the m * sum(q * dx) term, sum(q) being -nsum */
+        if (with_min) acc[t] = _mm512_fnmadd_ps(mw, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(nsum)), acc[t]);
     }
-    int j = 0;
-    for (; j + 2 <= count; j += 2) blocks32_pair(type, g, i0, j, 1, x, nb, scale, 0, acc);
-    if (j < count) blocks32_pair(type, g, i0, j, 0, x, nb, scale, 0, acc); /* an odd block left */
 }
 
 AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, size_t n_blocks,
                                               const sy_qx_row *x, const int nb, float *out) {
-    __m512 acc[CHAINS][TILE];
-    for (int t = 0; t < nb; t++)
-        for (int c = 0; c < CHAINS; c++) acc[c][t] = _mm512_setzero_ps();
-    size_t i0 = 0;
-    for (; i0 + 8 <= n_blocks; i0 += 8) blocks32_group(type, w, i0, 8, x, nb, acc);
-    if (i0 < n_blocks) blocks32_group(type, w, i0, (int)(n_blocks - i0), x, nb, acc);
-    for (int t = 0; t < nb; t++) out[t] = hsum16(_mm512_add_ps(acc[0][t], acc[1][t]));
+    __m512 acc[TILE32];
+    for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
+    size_t gi = 0;
+    for (; 16 * gi + 16 <= n_blocks; gi++) blocks32_group(type, w, gi, 16, x, nb, acc);
+    if (16 * gi < n_blocks) blocks32_group(type, w, gi, (int)(n_blocks - 16 * gi), x, nb, acc);
+    for (int t = 0; t < nb; t++) out[t] = hsum16(acc[t]);
 }
 
 /* ---- K-quants: 256-element blocks, 64 elements per step ---- */

@@ -15,23 +15,41 @@
 #endif
 
 /* Quantized activations, one row of k per batch element, laid out as
- *   int8 q[k] | f32 d[k/32] (block scales) | f32 s16[k/16] (d * sum of q over each 16 elements)
- * so a row is k * 11 / 8 bytes and every part is 4-byte aligned when the buffer is. */
+ *   int8 qi[G * 512] | int32 nsum[G * 16] | int8 q[k] | f32 d[k/32] (block scales) | f32 s16[k/16] (d * sum of q over
+ *   each 16 elements), the row padded to a multiple of 64 bytes,
+ * with G = ceil(k / 512) groups of 16 blocks of 32. q holds the codes in element order; qi the same codes again, group
+ * by group, with the four bytes c of each block of the group side by side (block l of group g, elements 4c .. 4c + 3
+ * at qi[512 g + 64 c + 4 l]), so that one 512-bit vpdpbusd per c sums a different block in each 32-bit lane; nsum is
+ * minus each block's sum of codes. Blocks past the row's end are zero in both. Every part is 64-byte aligned when the
+ * buffer is. */
 #define SY_QX_BLOCK 32
 #define SY_QX_GROUP 16
+#define SY_QX_IGROUP_BLOCKS 16 /* blocks per group of qi */
 
-static inline size_t sy_qx_row_bytes(size_t k) { return k + (k / SY_QX_BLOCK) * 4 + (k / SY_QX_GROUP) * 4; }
+static inline size_t sy_qx_igroups(size_t k) { return (k / SY_QX_BLOCK + SY_QX_IGROUP_BLOCKS - 1) / SY_QX_IGROUP_BLOCKS; }
+
+/* k must be at most SIZE_MAX / 4 (sy_quantize_x_bytes checks) */
+static inline size_t sy_qx_row_bytes(size_t k) {
+    size_t bytes = sy_qx_igroups(k) * (SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK + SY_QX_IGROUP_BLOCKS * 4) + k +
+                   (k / SY_QX_BLOCK) * 4 + (k / SY_QX_GROUP) * 4;
+    return (bytes + 63) / 64 * 64;
+}
 
 typedef struct sy_qx_row {
     const int8_t *q;
     const float *d;
     const float *s16;
+    const int8_t *qi;
+    const int32_t *nsum;
 } sy_qx_row;
 
 static inline sy_qx_row sy_qx_row_at(const void *QX, size_t k, size_t b) {
     const uint8_t *base = (const uint8_t *)QX + b * sy_qx_row_bytes(k);
-    sy_qx_row row = {(const int8_t *)base, (const float *)(const void *)(base + k),
-                     (const float *)(const void *)(base + k + (k / SY_QX_BLOCK) * 4)};
+    size_t groups = sy_qx_igroups(k);
+    const uint8_t *q = base + groups * (SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK + SY_QX_IGROUP_BLOCKS * 4);
+    sy_qx_row row = {(const int8_t *)q, (const float *)(const void *)(q + k),
+                     (const float *)(const void *)(q + k + (k / SY_QX_BLOCK) * 4), (const int8_t *)base,
+                     (const int32_t *)(const void *)(base + groups * SY_QX_IGROUP_BLOCKS * SY_QX_BLOCK)};
     return row;
 }
 
@@ -70,10 +88,10 @@ void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unp
                          size_t ldy);
 
 /* Fused products (decode, and the K-quants' prefill): each weight block is decoded in registers and dotted at once
- * with up to SY_FUSED_TILE activation rows, with no unpacked copy. For one token the unpack costs more than the dot.
+ * with up to a tile of activation rows (the tier's and type's, at most SY_FUSED_TILE_MAX), with no unpacked copy. For one token the unpack costs more than the dot.
  * A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb, each row being
  * n_blocks whole blocks of the weight type at W + r * row_bytes (x[t] point at the rows' first element). */
-#define SY_FUSED_TILE 4
+#define SY_FUSED_TILE_MAX 8
 /* Whether a tier takes its fused kernels for this batch: always for the K-quants (measured: their fused kernels beat
  * unpack + dot at every batch size tried, up to 64 tokens, as decoding a block once per four tokens costs less than
  * the unpacked form's per-16 scales cost per token), and up to the tier's measured crossover for the 32-element
@@ -97,14 +115,14 @@ static inline void sy_prefetch_ahead(const uint8_t *p, size_t bytes) {
 }
 typedef void (*sy_fused_rows_fn)(const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end,
                                  size_t n_blocks, const sy_qx_row *x, float *Y, size_t ldy);
-/* A tier's kernels for wtype, one per nb = 1..SY_FUSED_TILE (index nb - 1); false when it has none. */
+/* A tier's kernels for wtype, one per nb = 1..tile (index nb - 1); returns the tile, 0 when it has none. */
 #if SY_KERNELS_X86
-bool sy_fused_kernels_avx2(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE]);
-bool sy_fused_kernels_avx512(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE]);
+int sy_fused_kernels_avx2(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE_MAX]);
+int sy_fused_kernels_avx512(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE_MAX]);
 #endif
 
-/* The matmul_qx body of the fused path: every row against the batch in groups of SY_FUSED_TILE. */
-void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE], sy_dtype wtype, const void *W,
+/* The matmul_qx body of the fused path: every row against the batch in groups of `tile` (fns as above). */
+void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE_MAX], int tile, sy_dtype wtype, const void *W,
                                size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
                                size_t n_batch, float *Y, size_t ldy);
 

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "sy_kernels.h"
+#include "sy_kernels_internal.h"
 
 /* ---- helpers ---- */
 
@@ -799,15 +800,24 @@ static void test_quantize_x(void **state) {
     X[65] = INFINITY;                                         /* saturates */
     X[66] = -INFINITY;
     size_t bytes = sy_quantize_x_bytes(k, 2);
-    assert_int_equal(bytes, 2 * (96 + 3 * 4 + 6 * 4));
+    /* per row: one group of interleaved codes (512) and sums (64), then q (96), d (12), s16 (24), to 64 bytes */
+    assert_int_equal(bytes, 2 * 768);
     uint32_t *storage = xmalloc(bytes);
+    memset(storage, 0x5a, bytes); /* the padding blocks must come out zero whatever was there */
     assert_int_equal(sy_quantize_x(X, 2, 100, k, storage), SY_KERNEL_OK);
     for (size_t b = 0; b < 2; b++) {
-        const uint8_t *row = (const uint8_t *)storage + b * (bytes / 2);
-        const int8_t *q = (const int8_t *)row;
-        float d[3], s16[6];
-        memcpy(d, row + k, sizeof d);
-        memcpy(s16, row + k + sizeof d, sizeof s16);
+        sy_qx_row row = sy_qx_row_at(storage, k, b);
+        const int8_t *q = row.q;
+        const float *d = row.d, *s16 = row.s16;
+        for (size_t blk = 0; blk < 16; blk++) {
+            int sum = 0;
+            for (size_t i = 0; i < 32; i++) {
+                int want = blk < 3 ? q[blk * 32 + i] : 0;
+                sum += want;
+                assert_int_equal(row.qi[64 * (i / 4) + 4 * blk + i % 4], want);
+            }
+            assert_int_equal(row.nsum[blk], -sum);
+        }
         for (size_t blk = 0; blk < 3; blk++) {
             int sums[2] = {0, 0};
             for (size_t i = 0; i < 32; i++) {
