@@ -17,7 +17,7 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 #define TILE 4
-#define SY_FUSED_BLOCKS32_TILE 4
+#define SY_FUSED_TILE TILE
 
 AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

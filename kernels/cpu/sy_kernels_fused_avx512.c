@@ -14,9 +14,8 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
-#define TILE 4 /* the K-quants: eight tokens would not fit the registers */
-#define TILE32 8 /* the 32-element block types */
-#define SY_FUSED_BLOCKS32_TILE TILE32
+#define TILE 8
+#define SY_FUSED_TILE TILE
 
 AVX512 static ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -28,6 +27,31 @@ AVX512 static ALWAYS_INLINE float hsum8(__m256 v) {
 AVX512 static ALWAYS_INLINE float hsum16(__m512 v) {
     __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); /* AVX512F, not DQ */
     return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
+}
+
+/* out[t] = hsum16(acc[t]) for t < nb, bit for bit: eight vectors at once through a tree that packs two tokens per
+ * vector at every step and adds the same lanes in the same order (i + 8, then i + 4, i + 2, i + 1), so a token's
+ * result does not depend on the others in its tile (batch invariance) but costs about a third as much. */
+AVX512 static ALWAYS_INLINE void hsum16_tokens(const __m512 *acc, const int nb, float *out) {
+    if (nb <= 2) {
+        for (int t = 0; t < nb; t++) out[t] = hsum16(acc[t]);
+        return;
+    }
+    __m512 a[8], s[4], u[2];
+    for (int t = 0; t < 8; t++) a[t] = t < nb ? acc[t] : _mm512_setzero_ps();
+    for (int i = 0; i < 4; i++) /* lanes 0-7: token 2i's lane j + lane j + 8; lanes 8-15: token 2i + 1's */
+        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 2; i++) /* 128-bit chunk c: token 4i + c's lane j + lane j + 4 */
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* chunk c: lanes 0, 1 of token c, lanes 2, 3 of token 4 + c (j + j + 2); then lane pairs */
+    __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 r = _mm512_add_ps(w, _mm512_movehdup_ps(w));
+    _Alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, r);
+    for (int t = 0; t < nb; t++) out[t] = lanes[t < 4 ? 4 * t : 4 * (t - 4) + 2];
 }
 
 AVX512 static ALWAYS_INLINE float f16_at(const uint8_t *p) {
@@ -49,24 +73,91 @@ AVX512 static ALWAYS_INLINE __m512i load32x2(const void *p) {
     return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* Lane l of the result is v's lane base + l / per: per 4 picks the groups of 16 of a 64-element dpbusd result, per 8
- * its two blocks of 32, per 2 spreads 8 per-block values over 16 groups. */
-AVX512 static ALWAYS_INLINE __m512 spread(__m512 v, int base, int per) {
-    __m512i step = per == 2   ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
-                   : per == 4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
-                              : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    return _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(base), step), v);
+/* ---- the common core: sixteen blocks of 32 at a time, one block per 32-bit lane ----
+ *
+ * A group's codes are decoded two blocks of 32 to a vector (in element order), then transposed so that vector c
+ * holds the four codes c of every block, which meet the activations' interleaved copy (sy_qx_row.qi) in eight
+ * vpdpbusd. Each lane then holds its block's exact integer dot product, and each token pays one convert, one multiply
+ * and one FMA per sixteen blocks for the scales (two of each where a block has two scales, as the K-quants with
+ * sub-blocks of 16 have): the per-token work is little more than the eight vpdpbusd, while decoding and transposing
+ * are shared by the tile. The K-quants take two 256-element blocks per group. */
+
+/* v[p] holds blocks 2p and 2p + 1, eight 32-bit lanes each; afterwards v[c] holds lane c of block l in lane l. Three
+ * rounds of two-source permutes, each trading one bit of the vector index for one of the lane index. */
+AVX512 static ALWAYS_INLINE void transpose_blocks16(__m512i v[8]) {
+    const __m512i r1a = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    const __m512i r1b = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    const __m512i r2a = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    const __m512i r2b = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    const __m512i r3a = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    const __m512i r3b = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
+    __m512i t[8];
+    for (int m = 0; m < 4; m++) {
+        t[2 * m] = _mm512_permutex2var_epi32(v[2 * m], r1a, v[2 * m + 1]);
+        t[2 * m + 1] = _mm512_permutex2var_epi32(v[2 * m], r1b, v[2 * m + 1]);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int c0 = 0; c0 < 2; c0++) {
+            v[4 * h + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2a, t[4 * h + 2 + c0]);
+            v[4 * h + 2 + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2b, t[4 * h + 2 + c0]);
+        }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_permutex2var_epi32(v[j], r3a, v[4 + j]);
+        t[4 + j] = _mm512_permutex2var_epi32(v[j], r3b, v[4 + j]);
+    }
+    for (int c = 0; c < 8; c++) v[c] = t[c];
+}
+
+/* How a group's weights turn codes into values, per lane (block of 32) unless said otherwise. */
+typedef struct group_scales {
+    __m512 scale;    /* w = scale * code ... (split: of the block's first 16 elements) */
+    __m512 scale_hi; /* split: of its last 16 */
+    __m512 min;      /* ... + min (with_min), times the token's block scale and block sum */
+    __m512 off16[2]; /* ... + off16 per 16 elements in element order, one vector per 256 (n_off16 of them) */
+} group_scales;
+
+/* Group gi's transposed codes v against every token. shift: the codes' integer offset, w = scale * (code -
+ * 2^shift) (0: none), started in the integer sums from the activations' block sums. */
+AVX512 static ALWAYS_INLINE void group_dot(const __m512i v[8], const group_scales *gs, const int split, const int shift,
+                                           const int with_min, const int n_off16, size_t gi, const int count,
+                                           const sy_qx_row *x, const int nb, __m512 *acc) {
+    const __mmask16 live = (__mmask16)(count == 16 ? 0xffffu : (1u << count) - 1u);
+    for (int t = 0; t < nb; t++) {
+        const int8_t *qi = x[t].qi + gi * 512;
+        const __m512 dx = count == 16 ? _mm512_loadu_ps(x[t].d + gi * 16) : _mm512_maskz_loadu_ps(live, x[t].d + gi * 16);
+        const __m512i nsum = _mm512_loadu_si512(x[t].nsum + gi * 16); /* zero past the row's blocks */
+        /* two integer chains per sum: exact, so how they are split cannot change a result */
+        __m512i s0 = shift ? _mm512_slli_epi32(nsum, (unsigned)shift) : _mm512_setzero_si512();
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[1], load64(qi + 64));
+        s0 = _mm512_dpbusd_epi32(s0, v[0], load64(qi));
+        s0 = _mm512_dpbusd_epi32(s0, v[2], load64(qi + 128));
+        s1 = _mm512_dpbusd_epi32(s1, v[3], load64(qi + 192));
+        if (split) {
+            __m512i h0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[4], load64(qi + 256));
+            __m512i h1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[5], load64(qi + 320));
+            h0 = _mm512_dpbusd_epi32(h0, v[6], load64(qi + 384));
+            h1 = _mm512_dpbusd_epi32(h1, v[7], load64(qi + 448));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(gs->scale, dx), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(h0, h1)), _mm512_mul_ps(gs->scale_hi, dx),
+                                     acc[t]);
+        } else {
+            s0 = _mm512_dpbusd_epi32(s0, v[4], load64(qi + 256));
+            s1 = _mm512_dpbusd_epi32(s1, v[5], load64(qi + 320));
+            s0 = _mm512_dpbusd_epi32(s0, v[6], load64(qi + 384));
+            s1 = _mm512_dpbusd_epi32(s1, v[7], load64(qi + 448));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(gs->scale, dx), acc[t]);
+        }
+        /* min * dx * sum(q), the block sum being -nsum */
+        if (with_min) acc[t] = _mm512_fnmadd_ps(gs->min, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(nsum)), acc[t]);
+        /* s16 holds dx * sum(q) per 16 elements, in element order, 16 per 256 */
+        for (int o = 0; o < n_off16; o++)
+            acc[t] = _mm512_fmadd_ps(gs->off16[o], _mm512_loadu_ps(x[t].s16 + gi * 32 + 16 * (size_t)o), acc[t]);
+    }
 }
 
 /* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ----
- *
- * Sixteen blocks at a time, one block per 32-bit lane: the group's codes are decoded two blocks to a vector, then
- * transposed so that vector c holds the four codes c of every block, which meet the activations' interleaved copy
- * (sy_qx_row.qi) in eight vpdpbusd. Each lane then holds its block's exact integer dot product, and each token pays
- * one convert, one multiply and one FMA per sixteen blocks for the scales: the per-token work is little more than the
- * eight vpdpbusd, while the decode and the transposition are shared by the tile. The weights' integer offsets
- * (-8, -16; Q8_0's codes are biased by +128 to be unsigned) start the integer sums as offset * sum(q), from the
- * activations' block sums; Q4_1 and Q5_1 add m * dx * sum(q) in floating point. */
+ * The integer offsets (-8, -16; Q8_0's codes are biased by +128 to be unsigned) start the integer sums; Q4_1 and
+ * Q5_1 add m * dx * sum(q) in floating point. */
 
 static inline int blocks32_bytes(sy_dtype type) {
     return type == SY_DTYPE_Q4_0   ? 18
@@ -104,32 +195,6 @@ AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t 
     return u;
 }
 
-/* v[p] holds blocks 2p and 2p + 1, eight 32-bit lanes each; afterwards v[c] holds lane c of block l in lane l. Three
- * rounds of two-source permutes, each trading one bit of the vector index for one of the lane index. */
-AVX512 static ALWAYS_INLINE void transpose_blocks16(__m512i v[8]) {
-    const __m512i r1a = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    const __m512i r1b = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-    const __m512i r2a = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-    const __m512i r2b = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-    const __m512i r3a = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
-    const __m512i r3b = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
-    __m512i t[8];
-    for (int m = 0; m < 4; m++) {
-        t[2 * m] = _mm512_permutex2var_epi32(v[2 * m], r1a, v[2 * m + 1]);
-        t[2 * m + 1] = _mm512_permutex2var_epi32(v[2 * m], r1b, v[2 * m + 1]);
-    }
-    for (int h = 0; h < 2; h++)
-        for (int c0 = 0; c0 < 2; c0++) {
-            v[4 * h + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2a, t[4 * h + 2 + c0]);
-            v[4 * h + 2 + c0] = _mm512_permutex2var_epi32(t[4 * h + c0], r2b, t[4 * h + 2 + c0]);
-        }
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm512_permutex2var_epi32(v[j], r3a, v[4 + j]);
-        t[4 + j] = _mm512_permutex2var_epi32(v[j], r3b, v[4 + j]);
-    }
-    for (int c = 0; c < 8; c++) v[c] = t[c];
-}
-
 /* Blocks 16 gi .. 16 gi + count - 1 (count 16, or fewer at the end of a row) of the row at w against every token. */
 AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t gi, const int count,
                                                 const sy_qx_row *x, const int nb, __m512 *acc) {
@@ -142,9 +207,10 @@ AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w,
     /* the first 4 bytes of each block: d (and Q4_1/Q5_1's m); lanes past count are zero and not read */
     __m512i head = count == 16 ? _mm512_i32gather_epi32(at, (const void *)g, 1)
                                : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)g, 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
     const int with_min = type == SY_DTYPE_Q4_1 || type == SY_DTYPE_Q5_1;
-    const __m512 mw = with_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : dw;
+    group_scales gs;
+    gs.scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    gs.min = with_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : gs.scale;
     __m512i v[8];
     for (int p = 0; p < 8; p++) {
         if (2 * p + 1 < count) {
@@ -156,38 +222,20 @@ AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w,
         }
     }
     transpose_blocks16(v);
-    const int shift = blocks32_offset_shift(type);
-    for (int t = 0; t < nb; t++) {
-        const int8_t *qi = x[t].qi + gi * 512;
-        const __m512i nsum = _mm512_loadu_si512(x[t].nsum + gi * 16);
-        /* two integer chains: exact, so their split cannot change a result */
-        __m512i s0 = shift ? _mm512_slli_epi32(nsum, (unsigned)shift) : _mm512_setzero_si512();
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[1], load64(qi + 64));
-        s0 = _mm512_dpbusd_epi32(s0, v[0], load64(qi));
-        s0 = _mm512_dpbusd_epi32(s0, v[2], load64(qi + 128));
-        s1 = _mm512_dpbusd_epi32(s1, v[3], load64(qi + 192));
-        s0 = _mm512_dpbusd_epi32(s0, v[4], load64(qi + 256));
-        s1 = _mm512_dpbusd_epi32(s1, v[5], load64(qi + 320));
-        s0 = _mm512_dpbusd_epi32(s0, v[6], load64(qi + 384));
-        s1 = _mm512_dpbusd_epi32(s1, v[7], load64(qi + 448));
-        const __m512 dx = count == 16 ? _mm512_loadu_ps(x[t].d + gi * 16) : _mm512_maskz_loadu_ps(live, x[t].d + gi * 16);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, dx), acc[t]);
-        /* w = d * u + m: the m * sum(q * dx) term, sum(q) being -nsum */
-        if (with_min) acc[t] = _mm512_fnmadd_ps(mw, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(nsum)), acc[t]);
-    }
+    group_dot(v, &gs, 0, blocks32_offset_shift(type), with_min, 0, gi, count, x, nb, acc);
 }
 
 AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, size_t n_blocks,
                                               const sy_qx_row *x, const int nb, float *out) {
-    __m512 acc[TILE32];
+    __m512 acc[TILE];
     for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
     size_t gi = 0;
     for (; 16 * gi + 16 <= n_blocks; gi++) blocks32_group(type, w, gi, 16, x, nb, acc);
     if (16 * gi < n_blocks) blocks32_group(type, w, gi, (int)(n_blocks - 16 * gi), x, nb, acc);
-    for (int t = 0; t < nb; t++) out[t] = hsum16(acc[t]);
+    hsum16_tokens(acc, nb, out);
 }
 
-/* ---- K-quants: 256-element blocks, 64 elements per step ---- */
+/* ---- K-quants: 256-element blocks, two per group ---- */
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
 AVX512 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
@@ -200,58 +248,60 @@ AVX512 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales
     *mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
 }
 
-/* Elements 64i..64i+63 (sub-blocks 2i, 2i+1) against every token; scale[t] lanes 0-7 hold d * scale_j * dx_j. */
-AVX512 static ALWAYS_INLINE void k4_step(const int five, const uint8_t *qs, __m512i h, int i, const int8_t *const *q,
-                                         const __m512 *scale, const int nb, const int two_chains, __m512 *acc,
-                                         __m512 *acc2) {
-    /* low nibbles in the lower half, high nibbles in the upper: 64 elements in order */
+/* Q4_K/Q5_K sub-blocks 2i, 2i + 1 (elements 64i .. 64i + 63) of the block at b, in element order: low nibbles of
+ * 32 bytes, then their high nibbles; Q5_K's fifth bits are bits 2i and 2i + 1 of qh. */
+AVX512 static ALWAYS_INLINE __m512i k4_codes(const int five, const uint8_t *b, int i) {
+    const uint8_t *qs = b + (five ? 48 : 16);
     __m512i u = _mm512_and_si512(_mm512_srlv_epi64(load32x2(qs + 32 * i), _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
                                  _mm512_set1_epi8(15));
     if (five) {
-        /* the fifth bits: qh bit 2i for the lower half, 2i + 1 for the upper */
         __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * i))),
                                           _mm256_set1_epi8((char)(2 << (2 * i))), 1);
-        u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(h, bits), u, _mm512_set1_epi8(0x10));
+        u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(load32x2(b + 16), bits), u, _mm512_set1_epi8(0x10));
     }
-    for (int t = 0; t < nb; t++) {
-        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load64(q[t] + 64 * i));
-        __m512 f = _mm512_cvtepi32_ps(p), s = spread(scale[t], 2 * i, 8);
-        if (two_chains && (i & 1)) {
-            acc2[t] = _mm512_fmadd_ps(f, s, acc2[t]);
-        } else {
-            acc[t] = _mm512_fmadd_ps(f, s, acc[t]);
+    return u;
+}
+
+/* lo in lanes 0-7, hi in 8-15 (AVX512F, not DQ) */
+AVX512 static ALWAYS_INLINE __m512 join8(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* Blocks 2 gi and (pair) 2 gi + 1: w = d * sc * u - dmin * m per sub-block of 32. */
+AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w, size_t gi, const int pair,
+                                               const sy_qx_row *x, const int nb, __m512 *acc) {
+    const size_t bytes = five ? 176 : 144;
+    const uint8_t *b0 = w + 2 * gi * bytes, *b1 = b0 + bytes;
+    sy_prefetch_ahead(b0, (pair ? 2 : 1) * bytes);
+    __m256 sc[2], mn[2], dsc[2], dmn[2];
+    __m512i v[8];
+    for (int h = 0; h < 2; h++) {
+        if (h == 1 && !pair) {
+            dsc[1] = dmn[1] = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) v[4 + i] = _mm512_setzero_si512();
+            break;
         }
+        const uint8_t *b = h ? b1 : b0;
+        k4_scales_mins(b + 4, &sc[h], &mn[h]);
+        dsc[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(f16_at(b)));
+        dmn[h] = _mm256_mul_ps(mn[h], _mm256_set1_ps(-f16_at(b + 2)));
+        for (int i = 0; i < 4; i++) v[4 * h + i] = k4_codes(five, b, i);
     }
+    group_scales gs;
+    gs.scale = join8(dsc[0], dsc[1]);
+    gs.min = join8(dmn[0], dmn[1]);
+    transpose_blocks16(v);
+    group_dot(v, &gs, 0, 0, 1, 0, gi, pair ? 16 : 8, x, nb, acc);
 }
 
 AVX512 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, size_t n_super, const sy_qx_row *x,
                                              const int nb, float *out) {
-    const size_t bytes = five ? 176 : 144;
-    const int two_chains = 1; /* two accumulators per token whatever the batch (batch invariance) */
-    __m512 acc[TILE], acc2[TILE];
-    for (int t = 0; t < nb; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
-    for (size_t s = 0; s < n_super; s++, w += bytes) {
-        sy_prefetch_ahead(w, bytes);
-        __m256 sc, mn;
-        k4_scales_mins(w + 4, &sc, &mn);
-        __m256 dsc = _mm256_mul_ps(sc, _mm256_set1_ps(f16_at(w)));
-        /* per 16-element group: sub-block j's min serves groups 2j and 2j + 1 */
-        __m512 neg_min = spread(_mm512_castps256_ps512(_mm256_mul_ps(mn, _mm256_set1_ps(-f16_at(w + 2)))), 0, 2);
-        const int8_t *q[TILE];
-        __m512 scale[TILE];
-        for (int t = 0; t < nb; t++) {
-            q[t] = x[t].q + 256 * s;
-            scale[t] = _mm512_castps256_ps512(_mm256_mul_ps(dsc, _mm256_loadu_ps(x[t].d + 8 * s)));
-            acc2[t] = _mm512_fmadd_ps(neg_min, _mm512_loadu_ps(x[t].s16 + 16 * s), acc2[t]);
-        }
-        const uint8_t *qs = w + (five ? 48 : 16);
-        __m512i h = five ? load32x2(w + 16) : _mm512_setzero_si512();
-        k4_step(five, qs, h, 0, q, scale, nb, two_chains, acc, acc2);
-        k4_step(five, qs, h, 1, q, scale, nb, two_chains, acc, acc2);
-        k4_step(five, qs, h, 2, q, scale, nb, two_chains, acc, acc2);
-        k4_step(five, qs, h, 3, q, scale, nb, two_chains, acc, acc2);
-    }
-    for (int t = 0; t < nb; t++) out[t] = hsum16(_mm512_add_ps(acc[t], acc2[t]));
+    __m512 acc[TILE];
+    for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
+    size_t gi = 0;
+    for (; 2 * gi + 2 <= n_super; gi++) q4k_q5k_group(five, w, gi, 1, x, nb, acc);
+    if (2 * gi < n_super) q4k_q5k_group(five, w, gi, 0, x, nb, acc);
+    hsum16_tokens(acc, nb, out);
 }
 
 /* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
@@ -287,59 +337,59 @@ AVX512 static ALWAYS_INLINE __m512i k16_codes(sy_dtype type, const uint8_t *b, i
     return _mm512_mask_add_epi8(low, high, low, _mm512_set1_epi8(4));
 }
 
-AVX512 static ALWAYS_INLINE void k16_step(sy_dtype type, const uint8_t *w, int i, const int8_t *const *q,
-                                          const __m512 *scale, const int nb, const int two_chains, __m512 *acc,
-                                          __m512 *acc2) {
-    __m512i u = k16_codes(type, w, i);
-    for (int t = 0; t < nb; t++) {
-        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, load64(q[t] + 64 * i));
-        __m512 f = _mm512_cvtepi32_ps(p), s = spread(scale[t], 4 * i, 4);
-        if (two_chains && (i & 1)) {
-            acc2[t] = _mm512_fmadd_ps(f, s, acc2[t]);
-        } else {
-            acc[t] = _mm512_fmadd_ps(f, s, acc[t]);
-        }
+/* A Q2_K/Q3_K/Q6_K block's 16 scales d * sc and offsets per sub-block of 16, in element order. */
+AVX512 static ALWAYS_INLINE void k16_scales(sy_dtype type, const uint8_t *w, __m512 *dsc, __m512 *off) {
+    if (type == SY_DTYPE_Q2_K) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)w);
+        __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(15))));
+        __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15))));
+        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(f16_at(w + 80)));
+        *off = _mm512_mul_ps(mn, _mm512_set1_ps(-f16_at(w + 82)));
+    } else {
+        int six = type == SY_DTYPE_Q6_K;
+        __m128i sc8 = six ? _mm_loadu_si128((const __m128i *)(const void *)(w + 192)) : q3k_scales(w + 96);
+        *dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
+                             _mm512_set1_ps(f16_at(w + (six ? 208 : 108))));
+        *off = _mm512_mul_ps(*dsc, _mm512_set1_ps(six ? -32.0f : -4.0f));
     }
+}
+
+/* Blocks 2 gi and (pair) 2 gi + 1: two scales per lane (the sub-blocks of 16), offsets per 16 in element order. */
+AVX512 static ALWAYS_INLINE void k16_group(sy_dtype type, const uint8_t *w, size_t gi, const int pair,
+                                           const sy_qx_row *x, const int nb, __m512 *acc) {
+    const size_t bytes = type == SY_DTYPE_Q2_K ? 84 : type == SY_DTYPE_Q3_K ? 110 : 210;
+    const uint8_t *b0 = w + 2 * gi * bytes, *b1 = b0 + bytes;
+    sy_prefetch_ahead(b0, (pair ? 2 : 1) * bytes);
+    group_scales gs;
+    __m512 dsc[2];
+    __m512i v[8];
+    k16_scales(type, b0, &dsc[0], &gs.off16[0]);
+    for (int i = 0; i < 4; i++) v[i] = k16_codes(type, b0, i);
+    if (pair) {
+        k16_scales(type, b1, &dsc[1], &gs.off16[1]);
+        for (int i = 0; i < 4; i++) v[4 + i] = k16_codes(type, b1, i);
+    } else {
+        dsc[1] = gs.off16[1] = _mm512_setzero_ps();
+        for (int i = 0; i < 4; i++) v[4 + i] = _mm512_setzero_si512();
+    }
+    /* lane l: block l / 8's sub-blocks 2 (l % 8) and 2 (l % 8) + 1 */
+    gs.scale = _mm512_permutex2var_ps(
+        dsc[0], _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), dsc[1]);
+    gs.scale_hi = _mm512_permutex2var_ps(
+        dsc[0], _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), dsc[1]);
+    gs.min = gs.scale;
+    transpose_blocks16(v);
+    group_dot(v, &gs, 1, 0, 0, pair ? 2 : 1, gi, pair ? 16 : 8, x, nb, acc);
 }
 
 AVX512 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n_super, const sy_qx_row *x,
                                          const int nb, float *out) {
-    const size_t bytes = type == SY_DTYPE_Q2_K ? 84 : type == SY_DTYPE_Q3_K ? 110 : 210;
-    const int two_chains = 1; /* as above */
-    __m512 acc[TILE], acc2[TILE];
-    for (int t = 0; t < nb; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
-    for (size_t s = 0; s < n_super; s++, w += bytes) {
-        sy_prefetch_ahead(w, bytes);
-        __m512 dsc, off; /* per 16-element group: d * sub-scale, and the weight offset */
-        if (type == SY_DTYPE_Q2_K) {
-            __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)w);
-            __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(15))));
-            __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4),
-                                                                             _mm_set1_epi8(15))));
-            dsc = _mm512_mul_ps(sc, _mm512_set1_ps(f16_at(w + 80)));
-            off = _mm512_mul_ps(mn, _mm512_set1_ps(-f16_at(w + 82)));
-        } else {
-            int six = type == SY_DTYPE_Q6_K;
-            __m128i sc8 = six ? _mm_loadu_si128((const __m128i *)(const void *)(w + 192)) : q3k_scales(w + 96);
-            dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
-                                _mm512_set1_ps(f16_at(w + (six ? 208 : 108))));
-            off = _mm512_mul_ps(dsc, _mm512_set1_ps(six ? -32.0f : -4.0f));
-        }
-        const int8_t *q[TILE];
-        __m512 scale[TILE];
-        for (int t = 0; t < nb; t++) {
-            q[t] = x[t].q + 256 * s;
-            /* group g's block scale is dx[g / 2] */
-            __m512 dx = spread(_mm512_castps256_ps512(_mm256_loadu_ps(x[t].d + 8 * s)), 0, 2);
-            scale[t] = _mm512_mul_ps(dsc, dx);
-            acc2[t] = _mm512_fmadd_ps(off, _mm512_loadu_ps(x[t].s16 + 16 * s), acc2[t]);
-        }
-        k16_step(type, w, 0, q, scale, nb, two_chains, acc, acc2);
-        k16_step(type, w, 1, q, scale, nb, two_chains, acc, acc2);
-        k16_step(type, w, 2, q, scale, nb, two_chains, acc, acc2);
-        k16_step(type, w, 3, q, scale, nb, two_chains, acc, acc2);
-    }
-    for (int t = 0; t < nb; t++) out[t] = hsum16(_mm512_add_ps(acc[t], acc2[t]));
+    __m512 acc[TILE];
+    for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
+    size_t gi = 0;
+    for (; 2 * gi + 2 <= n_super; gi++) k16_group(type, w, gi, 1, x, nb, acc);
+    if (2 * gi < n_super) k16_group(type, w, gi, 0, x, nb, acc);
+    hsum16_tokens(acc, nb, out);
 }
 
 /* ---- one function per type and tile width ---- */
