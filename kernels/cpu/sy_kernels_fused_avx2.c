@@ -350,6 +350,16 @@ AVX2 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n
     for (int t = 0; t < nb; t++) out[t] = hsum8(_mm256_add_ps(acc[t], acc2[t]));
 }
 
+/* The K-quants' entry, as sy_kernels_fused_table.h calls it. */
+AVX2 static ALWAYS_INLINE void row_kquant(sy_dtype type, const uint8_t *w, size_t n_super, const sy_qx_row *x,
+                                          const int nb, float *out) {
+    if (type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K) {
+        row_q4k_q5k(type == SY_DTYPE_Q5_K, w, n_super, x, nb, out);
+    } else {
+        row_k16(type, w, n_super, x, nb, out);
+    }
+}
+
 /* ---- one function per type and tile width ---- */
 
 #define SY_FUSED_TARGET AVX2

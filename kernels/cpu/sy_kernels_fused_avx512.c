@@ -294,16 +294,6 @@ AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w,
     group_dot(v, &gs, 0, 0, 1, 0, gi, pair ? 16 : 8, x, nb, acc);
 }
 
-AVX512 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, size_t n_super, const sy_qx_row *x,
-                                             const int nb, float *out) {
-    __m512 acc[TILE];
-    for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
-    size_t gi = 0;
-    for (; 2 * gi + 2 <= n_super; gi++) q4k_q5k_group(five, w, gi, 1, x, nb, acc);
-    if (2 * gi < n_super) q4k_q5k_group(five, w, gi, 0, x, nb, acc);
-    hsum16_tokens(acc, nb, out);
-}
-
 /* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
 static inline __m128i q3k_scales(const uint8_t *s) {
     uint32_t w0 = u32_at(s), w1 = u32_at(s + 4), w2 = u32_at(s + 8);
@@ -382,13 +372,19 @@ AVX512 static ALWAYS_INLINE void k16_group(sy_dtype type, const uint8_t *w, size
     group_dot(v, &gs, 1, 0, 0, pair ? 2 : 1, gi, pair ? 16 : 8, x, nb, acc);
 }
 
-AVX512 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n_super, const sy_qx_row *x,
-                                         const int nb, float *out) {
+/* A K-quant row of n_super 256-element blocks, two per group. */
+AVX512 static ALWAYS_INLINE void row_kquant(sy_dtype type, const uint8_t *w, size_t n_super, const sy_qx_row *x,
+                                            const int nb, float *out) {
     __m512 acc[TILE];
     for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
-    size_t gi = 0;
-    for (; 2 * gi + 2 <= n_super; gi++) k16_group(type, w, gi, 1, x, nb, acc);
-    if (2 * gi < n_super) k16_group(type, w, gi, 0, x, nb, acc);
+    for (size_t gi = 0; 2 * gi < n_super; gi++) {
+        const int pair = 2 * gi + 2 <= n_super;
+        if (type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K) {
+            q4k_q5k_group(type == SY_DTYPE_Q5_K, w, gi, pair, x, nb, acc);
+        } else {
+            k16_group(type, w, gi, pair, x, nb, acc);
+        }
+    }
     hsum16_tokens(acc, nb, out);
 }
 

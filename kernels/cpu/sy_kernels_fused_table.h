@@ -1,5 +1,5 @@
 /* The per-type, per-tile-width entry points of a fused kernel tier, included at the end of
- * sy_kernels_fused_<tier>.c, after its row kernels row_blocks32, row_k16 and row_q4k_q5k. The includer defines
+ * sy_kernels_fused_<tier>.c, after its row kernels row_blocks32 and row_kquant. The includer defines
  * SY_FUSED_TARGET (the tier's function attribute), SY_FUSED_TABLE_FN (the name of its table function, declared in
  * sy_kernels_internal.h), and SY_FUSED_TILE, the tile of its kernels (4 or 8 tokens). */
 #if !defined(SY_FUSED_TARGET) || !defined(SY_FUSED_TILE)
@@ -43,11 +43,11 @@
 #define CALL_Q5_0(nb) row_blocks32(SY_DTYPE_Q5_0, w, n, x, nb, out)
 #define CALL_Q5_1(nb) row_blocks32(SY_DTYPE_Q5_1, w, n, x, nb, out)
 #define CALL_Q8_0(nb) row_blocks32(SY_DTYPE_Q8_0, w, n, x, nb, out)
-#define CALL_Q2_K(nb) row_k16(SY_DTYPE_Q2_K, w, n, x, nb, out)
-#define CALL_Q3_K(nb) row_k16(SY_DTYPE_Q3_K, w, n, x, nb, out)
-#define CALL_Q4_K(nb) row_q4k_q5k(0, w, n, x, nb, out)
-#define CALL_Q5_K(nb) row_q4k_q5k(1, w, n, x, nb, out)
-#define CALL_Q6_K(nb) row_k16(SY_DTYPE_Q6_K, w, n, x, nb, out)
+#define CALL_Q2_K(nb) row_kquant(SY_DTYPE_Q2_K, w, n, x, nb, out)
+#define CALL_Q3_K(nb) row_kquant(SY_DTYPE_Q3_K, w, n, x, nb, out)
+#define CALL_Q4_K(nb) row_kquant(SY_DTYPE_Q4_K, w, n, x, nb, out)
+#define CALL_Q5_K(nb) row_kquant(SY_DTYPE_Q5_K, w, n, x, nb, out)
+#define CALL_Q6_K(nb) row_kquant(SY_DTYPE_Q6_K, w, n, x, nb, out)
 
 ROW_FUNCS(q4_0, CALL_Q4_0)
 ROW_FUNCS(q4_1, CALL_Q4_1)
