@@ -42,6 +42,16 @@ int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char 
     return 0;
 }
 
+int sy_cli_open_plugins_lazy(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
+    if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
+    char err[512];
+    if (sy_plugin_registry_open_lazy(reg, dir_out, err, sizeof err) != 0) {
+        fprintf(stderr, "switchyard: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, const char *arg, void (*usage)(FILE *)) {
     char err[256];
     int handled = sy_engine_options_handle(eo, code, arg, err, sizeof err);

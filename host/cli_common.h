@@ -11,6 +11,9 @@
  * Returns 0, or prints one line to stderr and returns -1. */
 int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size);
 
+/* The same directory as a lazy registry (sy_plugin_registry_open_lazy): nothing loads until asked for. */
+int sy_cli_open_plugins_lazy(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size);
+
 /* The same when the verb needs one plugin only (`--plugin NAME`): loads NAME.so alone when the directory has it and
  * it is the plugin of that name, so that a verb does not pay for the others (the CUDA plugin's libraries take
  * ~80 ms and ~170 MB of resident memory to load even without a GPU); otherwise, or with only NULL, the whole

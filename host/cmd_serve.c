@@ -186,15 +186,14 @@ int sy_cmd_serve(int argc, char **argv) {
              st.listen_override ? st.listen_override
                                 : (cfg->host.listen ? cfg->host.listen : SY_SERVER_DEFAULT_LISTEN));
 
+    /* Plugins load when a model first needs them: one that no model names costs nothing. */
     sy_plugin_registry reg;
     memset(&reg, 0, sizeof reg);
     char dir[4096];
-    if (sy_cli_load_plugins(plugin_dir ? plugin_dir : cfg->host.plugin_dir, &reg, dir, sizeof dir) != 0) {
+    if (sy_cli_open_plugins_lazy(plugin_dir ? plugin_dir : cfg->host.plugin_dir, &reg, dir, sizeof dir) != 0) {
         sy_config_free(cfg);
         return 1;
     }
-    for (size_t i = 0; i < reg.n_refused; i++)
-        sy_log(SY_LOG_WARN, "plugin %s refused: %s", reg.refused[i].path, reg.refused[i].reason);
 
     st.mm = sy_model_manager_create(cfg, &reg);
     if (st.mm == NULL) {

@@ -47,7 +47,7 @@ int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name,
         return -1;
     }
     if (plugin_name != NULL) {
-        const sy_plugin *p = sy_plugin_registry_find(reg, plugin_name);
+        const sy_plugin *p = sy_plugin_registry_need(reg, plugin_name);
         if (p == NULL) {
             snprintf(err, err_size, "no plugin named '%s' is loaded (see `switchyard plugins`)", plugin_name);
             return -1;
@@ -63,6 +63,7 @@ int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name,
         return open_with(p, path, options, n_options, out, err, err_size);
     }
     /* No plugin named: the first engine whose probe accepts the path. */
+    sy_plugin_registry_need_all(reg);
     size_t used = 0;
     err[0] = '\0';
     for (size_t i = 0; i < reg->n_plugins; i++) {

@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,15 +145,27 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
         dlclose(handle);
         return;
     }
-    sy_plugin *grown = realloc(reg->plugins, (reg->n_plugins + 1) * sizeof *grown);
-    if (grown == NULL) {
+    size_t n = atomic_load_explicit(&reg->n_plugins, memory_order_relaxed); /* the only writer */
+    if (reg->plugins == NULL) reg->plugins = calloc(SY_PLUGIN_MAX, sizeof *reg->plugins);
+    if (reg->plugins == NULL || n == SY_PLUGIN_MAX) {
         if (entry->deinit) entry->deinit();
         free(plugin.path);
+        if (reg->plugins != NULL) refuse(reg, path, "more than %d plugins", SY_PLUGIN_MAX);
         dlclose(handle);
         return;
     }
-    reg->plugins = grown;
-    reg->plugins[reg->n_plugins++] = plugin;
+    reg->plugins[n] = plugin;
+    atomic_store_explicit(&reg->n_plugins, n + 1, memory_order_release); /* readers see the entry whole */
+}
+
+/* Whether path was loaded or refused already. */
+static bool tried(const sy_plugin_registry *reg, const char *path) {
+    size_t n = atomic_load_explicit(&reg->n_plugins, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(reg->plugins[i].path, path) == 0) return true;
+    for (size_t i = 0; i < reg->n_refused; i++)
+        if (strcmp(reg->refused[i].path, path) == 0) return true;
+    return false;
 }
 
 static int compare_names(const void *a, const void *b) {
@@ -183,7 +197,9 @@ int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *
     for (size_t i = 0; i < n; i++) {
         char *path = sy_path_join(dir, names[i]);
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (path == NULL || tried(reg, path)) {
+            /* loaded or refused before (a lazy registry's second look) */
+        } else if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
             refuse(reg, path, "not a regular file");
         } else {
             load_one(reg, path);
@@ -201,7 +217,7 @@ int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const
     struct stat st;
     int rc = -1;
     if (path != NULL && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-        load_one(reg, path);
+        if (!tried(reg, path)) load_one(reg, path);
         rc = 0;
     }
     free(path);
@@ -209,10 +225,83 @@ int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const
 }
 
 const sy_plugin *sy_plugin_registry_find(const sy_plugin_registry *reg, const char *name) {
-    for (size_t i = 0; i < reg->n_plugins; i++) {
+    size_t n = atomic_load_explicit(&reg->n_plugins, memory_order_acquire);
+    for (size_t i = 0; i < n; i++) {
         if (strcmp(reg->plugins[i].entry->name, name) == 0) return &reg->plugins[i];
     }
     return NULL;
+}
+
+struct sy_plugin_lazy {
+    char *dir;
+    pthread_mutex_t lock; /* held while loading */
+};
+
+int sy_plugin_registry_open_lazy(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size) {
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        snprintf(err, err_size, "cannot read plugin directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    closedir(d);
+    struct sy_plugin_lazy *lazy = calloc(1, sizeof *lazy);
+    if (lazy == NULL || (lazy->dir = sy_strdup(dir)) == NULL || pthread_mutex_init(&lazy->lock, NULL) != 0) {
+        if (lazy != NULL) free(lazy->dir);
+        free(lazy);
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    reg->lazy = lazy;
+    return 0;
+}
+
+bool sy_plugin_registry_is_lazy(const sy_plugin_registry *reg) { return reg->lazy != NULL; }
+
+/* Logs the refusals from index `from` on (a lazy load has no caller that lists them). */
+static void log_refusals(const sy_plugin_registry *reg, size_t from) {
+    for (size_t i = from; i < reg->n_refused; i++)
+        sy_log(SY_LOG_WARN, "plugin %s refused: %s", reg->refused[i].path, reg->refused[i].reason);
+}
+
+/* With the lock held: every file of the directory not tried yet. */
+static void load_rest_locked(sy_plugin_registry *reg) {
+    char err[512];
+    if (sy_plugin_registry_load_dir(reg, reg->lazy->dir, err, sizeof err) != 0) sy_log(SY_LOG_WARN, "%s", err);
+}
+
+/* The registry a lazy load grows: registries are never defined const, so the cast is sound (see the header). */
+static sy_plugin_registry *growable(const sy_plugin_registry *reg) { return (sy_plugin_registry *)(uintptr_t)reg; }
+
+const sy_plugin *sy_plugin_registry_need(const sy_plugin_registry *creg, const char *name) {
+    const sy_plugin *p = sy_plugin_registry_find(creg, name);
+    if (p != NULL || creg->lazy == NULL || name == NULL) return p;
+    sy_plugin_registry *reg = growable(creg);
+    pthread_mutex_lock(&reg->lazy->lock);
+    size_t refused_before = reg->n_refused;
+    p = sy_plugin_registry_find(reg, name); /* another thread may have loaded it meanwhile */
+    if (p == NULL && valid_plugin_name(name)) {
+        char file[80];
+        snprintf(file, sizeof file, "%s.so", name);
+        sy_plugin_registry_load_file(reg, reg->lazy->dir, file);
+        p = sy_plugin_registry_find(reg, name);
+    }
+    if (p == NULL) { /* not a file of that name, or another plugin inside it */
+        load_rest_locked(reg);
+        p = sy_plugin_registry_find(reg, name);
+    }
+    log_refusals(reg, refused_before);
+    pthread_mutex_unlock(&reg->lazy->lock);
+    return p;
+}
+
+void sy_plugin_registry_need_all(const sy_plugin_registry *creg) {
+    if (creg->lazy == NULL) return;
+    sy_plugin_registry *reg = growable(creg);
+    pthread_mutex_lock(&reg->lazy->lock);
+    size_t refused_before = reg->n_refused;
+    load_rest_locked(reg);
+    log_refusals(reg, refused_before);
+    pthread_mutex_unlock(&reg->lazy->lock);
 }
 
 void sy_plugin_registry_close(sy_plugin_registry *reg) {
@@ -229,6 +318,11 @@ void sy_plugin_registry_close(sy_plugin_registry *reg) {
     }
     free(reg->plugins);
     free(reg->refused);
+    if (reg->lazy != NULL) {
+        pthread_mutex_destroy(&reg->lazy->lock);
+        free(reg->lazy->dir);
+        free(reg->lazy);
+    }
     memset(reg, 0, sizeof *reg);
 }
 

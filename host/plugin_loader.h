@@ -2,6 +2,7 @@
 #ifndef SY_HOST_PLUGIN_LOADER_H
 #define SY_HOST_PLUGIN_LOADER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <switchyard/switchyard.h>
 
@@ -21,11 +22,18 @@ typedef struct sy_refused_plugin {
     char *reason; /* one line */
 } sy_refused_plugin;
 
+/* At most this many plugins load into one registry: the entries never move once written, so threads can read a
+ * lazy registry (below) while another one adds to it. */
+#define SY_PLUGIN_MAX 64
+
+struct sy_plugin_lazy;
+
 typedef struct sy_plugin_registry {
-    sy_plugin *plugins;
-    size_t n_plugins;
-    sy_refused_plugin *refused;
+    sy_plugin *plugins;        /* room for SY_PLUGIN_MAX once the first plugin is loaded */
+    _Atomic size_t n_plugins;  /* published after the entry is written */
+    sy_refused_plugin *refused; /* grows while loading; read it only where no other thread loads */
     size_t n_refused;
+    struct sy_plugin_lazy *lazy; /* NULL unless opened by sy_plugin_registry_open_lazy */
 } sy_plugin_registry;
 
 /* The host API lent to every plugin. */
@@ -41,6 +49,24 @@ int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const
 
 /* The loaded plugin of that name, or NULL. */
 const sy_plugin *sy_plugin_registry_find(const sy_plugin_registry *reg, const char *name);
+
+/* A lazy registry (what serve uses): nothing loads up front, so a plugin no model names costs nothing (the CUDA
+ * plugin's libraries alone take some 200 MB of memory on a machine without a GPU). Returns -1 with `err` set when
+ * dir cannot be read. Loads are serialized by a lock; lookups need none. */
+int sy_plugin_registry_open_lazy(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size);
+
+/* The plugin of that name, loading it if need be: in a lazy registry dir/<name>.so first, then, if that file does
+ * not provide it, every file of the directory not tried yet. NULL when no plugin of that name loads. An eager
+ * registry only looks. Refusals are logged as warnings as they happen. A lazy registry loads even through a const
+ * pointer, as a cache fills: what it holds only grows, and no entry moves. */
+const sy_plugin *sy_plugin_registry_need(const sy_plugin_registry *reg, const char *name);
+
+/* Loads every file of a lazy registry's directory not tried yet (for lookups by what plugins offer rather than by
+ * name); nothing for an eager one. */
+void sy_plugin_registry_need_all(const sy_plugin_registry *reg);
+
+/* Whether the registry is lazy and may still load more. */
+bool sy_plugin_registry_is_lazy(const sy_plugin_registry *reg);
 
 /* deinit and dlclose every plugin; free everything. The registry is empty afterwards. */
 void sy_plugin_registry_close(sy_plugin_registry *reg);

@@ -14,6 +14,8 @@
 #define SY_SPEC_MAX_ROWS_BYTES ((size_t)256 << 20)
 /* Separates the speculation's random stream from the sampler's, both seeded by the request's seed. */
 #define SY_SPEC_RNG_SALT 0x5be1c3a9d2f4e687ull
+/* The plugin that makes the project's drafters (ngram, model:NAME, replay). */
+#define SY_DRAFTER_PLUGIN "spec-drafter"
 /* Every engine can roll back this many tokens (engine.h, seq_truncate). */
 #define SY_SPEC_GUARANTEED_ROLLBACK 16u
 
@@ -360,15 +362,11 @@ sy_speculator *sy_speculator_create(const sy_drafter_api *api, sy_drafter *draft
     return sp;
 }
 
-sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spec, const char *target_name,
-                                  uint32_t n_vocab, const sy_option *options, size_t n_options,
-                                  const sy_speculator_options *opts, char *err, size_t err_size) {
-    if (reg == NULL || spec == NULL || spec[0] == '\0') {
-        snprintf(err, err_size, "no drafter spec given");
-        return NULL;
-    }
-    size_t n_drafters = 0;
-    for (size_t i = 0; i < reg->n_plugins; i++) {
+/* The first loaded drafter plugin that makes drafters of spec (NULL: none); *n_drafters counts the usable ones. */
+static const sy_plugin *drafter_for(const sy_plugin_registry *reg, const char *spec, size_t *n_drafters) {
+    *n_drafters = 0;
+    size_t n = reg->n_plugins;
+    for (size_t i = 0; i < n; i++) {
         const sy_plugin *pl = &reg->plugins[i];
         const sy_drafter_api *d_api = pl->drafter;
         if (d_api == NULL) continue;
@@ -378,20 +376,43 @@ sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spe
             sy_log(SY_LOG_WARN, "plugin %s: its sy.drafter/1 table has empty entries; not used", pl->entry->name);
             continue;
         }
-        n_drafters++;
-        if (pl->drafter->supports(spec) != SY_OK) continue;
-        sy_drafter *d = NULL;
-        sy_status st = pl->drafter->create(spec, target_name, n_vocab, options, n_options, &d);
-        if (st != SY_OK || d == NULL) {
-            snprintf(err, err_size, "drafter '%s' of plugin %s refused: %s", spec, pl->entry->name,
-                     pl->drafter->error_message());
-            return NULL;
-        }
-        return sy_speculator_create(pl->drafter, d, spec, opts);
+        (*n_drafters)++;
+        if (d_api->supports(spec) == SY_OK) return pl;
     }
-    if (n_drafters == 0) snprintf(err, err_size, "no drafter plugin is loaded (spec-drafter) for '%s'", spec);
-    else snprintf(err, err_size, "no loaded drafter plugin makes drafters of '%s' (ngram, model:NAME)", spec);
     return NULL;
+}
+
+sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spec, const char *target_name,
+                                  uint32_t n_vocab, const sy_option *options, size_t n_options,
+                                  const sy_speculator_options *opts, char *err, size_t err_size) {
+    if (reg == NULL || spec == NULL || spec[0] == '\0') {
+        snprintf(err, err_size, "no drafter spec given");
+        return NULL;
+    }
+    size_t n_drafters = 0;
+    const sy_plugin *pl = drafter_for(reg, spec, &n_drafters);
+    if (pl == NULL && sy_plugin_registry_is_lazy(reg)) {
+        /* the project's drafter plugin first, so that asking for ngram does not load every engine */
+        sy_plugin_registry_need(reg, SY_DRAFTER_PLUGIN);
+        pl = drafter_for(reg, spec, &n_drafters);
+        if (pl == NULL) {
+            sy_plugin_registry_need_all(reg);
+            pl = drafter_for(reg, spec, &n_drafters);
+        }
+    }
+    if (pl == NULL) {
+        if (n_drafters == 0) snprintf(err, err_size, "no drafter plugin is loaded (spec-drafter) for '%s'", spec);
+        else snprintf(err, err_size, "no loaded drafter plugin makes drafters of '%s' (ngram, model:NAME)", spec);
+        return NULL;
+    }
+    sy_drafter *d = NULL;
+    sy_status st = pl->drafter->create(spec, target_name, n_vocab, options, n_options, &d);
+    if (st != SY_OK || d == NULL) {
+        snprintf(err, err_size, "drafter '%s' of plugin %s refused: %s", spec, pl->entry->name,
+                 pl->drafter->error_message());
+        return NULL;
+    }
+    return sy_speculator_create(pl->drafter, d, spec, opts);
 }
 
 void sy_speculator_free(sy_speculator *sp) {

@@ -1,7 +1,9 @@
 /*
  * The host's plugin loader against the fixtures of tests/plugins/CMakeLists.txt: each broken plugin is refused
  * with a reason that names the problem, the rest keep loading, and a plugin built for the older minor 1.0 loads
- * with its shorter tables. Then the real build/plugins folder: test-engine loads with all its interfaces.
+ * with its shorter tables. Then the real build/plugins folder: test-engine loads with all its interfaces. Last, lazy
+ * registries (serve's): a plugin loads when first named, by its file name first, and threads may look it up while
+ * others load.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <pthread.h>
 
 #include <cmocka.h>
 
@@ -144,6 +148,117 @@ static void bundled_test_engine_loads(void **state) {
     sy_plugin_registry_close(&reg);
 }
 
+/* A folder of links: test-engine.so, two fixture plugins under other file names, and a file that is no plugin. */
+static void make_lazy_dir(char *dir, size_t size) {
+    snprintf(dir, size, "/tmp/sy-lazy-plugins-%ld", (long)getpid());
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && ln -s '%s/plugins/test-engine.so' '%s/test-engine.so' && "
+             "ln -s '%s/tests/plugin-fixtures/dup-a.so' '%s/dup-a.so' && "
+             "ln -s '%s/tests/plugin-fixtures/old-minor.so' '%s/old-minor.so' && "
+             "ln -s '%s/tests/plugin-fixtures/not-elf.so' '%s/not-elf.so'",
+             dir, dir, build_dir(), dir, build_dir(), dir, build_dir(), dir, build_dir(), dir);
+    if (system(cmd) != 0) fail_msg("could not make %s", dir);
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fail_msg("could not remove %s", dir);
+}
+
+static void lazy_registry_loads_a_plugin_when_first_named(void **state) {
+    (void)state;
+    char dir[256], err[512] = "";
+    make_lazy_dir(dir, sizeof dir);
+    sy_plugin_registry reg = {0};
+    assert_int_equal(sy_plugin_registry_open_lazy(&reg, dir, err, sizeof err), 0);
+    assert_true(sy_plugin_registry_is_lazy(&reg));
+    assert_int_equal(reg.n_plugins, 0); /* nothing up front */
+
+    /* Named after its file: that file alone loads. */
+    const sy_plugin *te = sy_plugin_registry_need(&reg, "test-engine");
+    assert_non_null(te);
+    assert_string_equal(base_name(te->path), "test-engine.so");
+    assert_int_equal(reg.n_plugins, 1);
+    assert_int_equal(reg.n_refused, 0);
+    assert_ptr_equal(sy_plugin_registry_need(&reg, "test-engine"), te);
+
+    /* In a file of another name: the rest of the folder loads, the broken file is refused, nothing twice. */
+    const sy_plugin *dup = sy_plugin_registry_need(&reg, "fixture-dup");
+    assert_non_null(dup);
+    assert_string_equal(base_name(dup->path), "dup-a.so");
+    assert_int_equal(reg.n_plugins, 3);
+    assert_int_equal(reg.n_refused, 1);
+    assert_non_null(refused_file(&reg, "not-elf.so"));
+    assert_ptr_equal(sy_plugin_registry_find(&reg, "test-engine"), te); /* entries do not move */
+
+    /* Nothing of that name: every file was tried already, so nothing changes. */
+    assert_null(sy_plugin_registry_need(&reg, "no-such-plugin"));
+    sy_plugin_registry_need_all(&reg);
+    assert_int_equal(reg.n_plugins, 3);
+    assert_int_equal(reg.n_refused, 1);
+    assert_non_null(sy_plugin_registry_find(&reg, "fixture-old-minor"));
+    sy_plugin_registry_close(&reg);
+    assert_false(sy_plugin_registry_is_lazy(&reg));
+
+    /* A folder that cannot be read is an error at once, naming it. */
+    assert_int_equal(sy_plugin_registry_open_lazy(&reg, "/nonexistent/plugins", err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent/plugins"));
+    /* An eager registry only looks. */
+    sy_plugin_registry eager = {0};
+    assert_null(sy_plugin_registry_need(&eager, "test-engine"));
+    sy_plugin_registry_need_all(&eager);
+    assert_int_equal(eager.n_plugins, 0);
+    remove_dir(dir);
+}
+
+typedef struct lazy_worker {
+    const sy_plugin_registry *reg;
+    const char *name; /* NULL: need_all */
+    const sy_plugin *found[50];
+} lazy_worker;
+
+static void *lazy_worker_main(void *arg) {
+    lazy_worker *w = arg;
+    for (int i = 0; i < 50; i++) {
+        if (w->name == NULL) {
+            sy_plugin_registry_need_all(w->reg);
+            w->found[i] = NULL;
+        } else {
+            w->found[i] = sy_plugin_registry_need(w->reg, w->name);
+        }
+    }
+    return NULL;
+}
+
+static void lazy_registry_serves_threads_while_loading(void **state) {
+    (void)state;
+    char dir[256], err[512] = "";
+    make_lazy_dir(dir, sizeof dir);
+    sy_plugin_registry reg = {0};
+    assert_int_equal(sy_plugin_registry_open_lazy(&reg, dir, err, sizeof err), 0);
+    const char *names[] = {"test-engine", "fixture-dup", "fixture-old-minor", NULL};
+    lazy_worker workers[4];
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        workers[i].reg = &reg;
+        workers[i].name = names[i];
+        assert_int_equal(pthread_create(&threads[i], NULL, lazy_worker_main, &workers[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_join(threads[i], NULL), 0);
+    /* every file loaded or refused exactly once, and every look found the one entry */
+    assert_int_equal(reg.n_plugins, 3);
+    assert_int_equal(reg.n_refused, 1);
+    for (int i = 0; i < 3; i++) {
+        const sy_plugin *p = sy_plugin_registry_find(&reg, names[i]);
+        assert_non_null(p);
+        for (int k = 0; k < 50; k++) assert_ptr_equal(workers[i].found[k], p);
+    }
+    sy_plugin_registry_close(&reg);
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_broken_plugin_is_refused_with_its_reason),
@@ -151,6 +266,8 @@ int main(void) {
         cmocka_unit_test(unreadable_directory_is_an_error),
         cmocka_unit_test(host_api_is_complete),
         cmocka_unit_test(bundled_test_engine_loads),
+        cmocka_unit_test(lazy_registry_loads_a_plugin_when_first_named),
+        cmocka_unit_test(lazy_registry_serves_threads_while_loading),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
