@@ -32,24 +32,24 @@ int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plug
     return sy_cli_load_plugins(dir_out, reg, dir_out, dir_size);
 }
 
-int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
+/* Resolves the directory, then opens it with `opener` (load it all, or lazily). */
+static int open_plugin_dir(int (*opener)(sy_plugin_registry *, const char *, char *, size_t), const char *explicit_dir,
+                           sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
     if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
     char err[512];
-    if (sy_plugin_registry_load_dir(reg, dir_out, err, sizeof err) != 0) {
+    if (opener(reg, dir_out, err, sizeof err) != 0) {
         fprintf(stderr, "switchyard: %s\n", err);
         return -1;
     }
     return 0;
 }
 
+int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
+    return open_plugin_dir(sy_plugin_registry_load_dir, explicit_dir, reg, dir_out, dir_size);
+}
+
 int sy_cli_open_plugins_lazy(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size) {
-    if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
-    char err[512];
-    if (sy_plugin_registry_open_lazy(reg, dir_out, err, sizeof err) != 0) {
-        fprintf(stderr, "switchyard: %s\n", err);
-        return -1;
-    }
-    return 0;
+    return open_plugin_dir(sy_plugin_registry_open_lazy, explicit_dir, reg, dir_out, dir_size);
 }
 
 int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, const char *arg, void (*usage)(FILE *)) {

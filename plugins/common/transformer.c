@@ -604,19 +604,57 @@ static void matmul_task(void *arg, size_t task, size_t thread_index) {
     }
 }
 
-/* y[n][w.rows] = x[n][w.cols] · wᵀ, rows split among the threads (a few ranges per thread, so uneven progress
- * balances out; at least 16 rows per range). */
-static bool matmul(sy_tf_model *m, const sy_tf_matrix *w, const float *x, size_t n, float *y) {
-    size_t n_tasks = sy_threadpool_size(m->pool) * 4;
-    if (n_tasks > w->rows / 16) n_tasks = w->rows / 16;
-    if (n_tasks == 0) n_tasks = 1;
-    matmul_job j = {m->kern, w, x, NULL, n, y, n_tasks, 0};
-    if (sy_matmul_wants_quantized_x(w->type)) {
-        if (sy_quantize_x(x, n, w->cols, w->cols, m->qx) != SY_KERNEL_OK) return false;
-        j.qx = m->qx;
+/* Up to this many matrices share one pass (Q, K and V). */
+#define MATMUL_GROUP_MAX 3
+
+typedef struct matmul_group_job {
+    matmul_job parts[MATMUL_GROUP_MAX];
+    size_t first_task[MATMUL_GROUP_MAX + 1]; /* part i owns tasks first_task[i] .. first_task[i + 1] - 1 */
+    size_t n_parts;
+} matmul_group_job;
+
+static void matmul_group_task(void *arg, size_t task, size_t thread_index) {
+    matmul_group_job *g = arg;
+    size_t i = 0;
+    while (task >= g->first_task[i + 1]) i++;
+    matmul_task(&g->parts[i], task - g->first_task[i], thread_index);
+}
+
+/* ys[i][n][ws[i].rows] = x[n][cols] · ws[i]ᵀ for matrices of one width: x is quantized once (where any of them takes
+ * quantized activations) and every matrix's rows are split among the threads in one pass, so the threads meet
+ * once, not once per matrix (a few ranges per thread and matrix, so uneven progress balances out; at least 16 rows
+ * per range). Each row's result is the same as from a product of its matrix alone. */
+static bool matmul_group(sy_tf_model *m, const sy_tf_matrix *const *ws, float *const *ys, size_t count,
+                         const float *x, size_t n) {
+    if (count == 0 || count > MATMUL_GROUP_MAX) return false;
+    matmul_group_job g;
+    memset(&g, 0, sizeof g);
+    g.n_parts = count;
+    bool quantized = false;
+    for (size_t i = 0; i < count; i++) {
+        const sy_tf_matrix *w = ws[i];
+        if (w->cols != ws[0]->cols) return false;
+        size_t n_tasks = sy_threadpool_size(m->pool) * 4;
+        if (n_tasks > w->rows / 16) n_tasks = w->rows / 16;
+        if (n_tasks == 0) n_tasks = 1;
+        g.parts[i] = (matmul_job){m->kern, w, x, NULL, n, ys[i], n_tasks, 0};
+        g.first_task[i + 1] = g.first_task[i] + n_tasks;
+        if (sy_matmul_wants_quantized_x(w->type)) quantized = true;
     }
-    sy_threadpool_parallel_for(m->pool, n_tasks, matmul_task, &j);
-    return atomic_load(&j.failed) == 0;
+    if (quantized) {
+        if (sy_quantize_x(x, n, ws[0]->cols, ws[0]->cols, m->qx) != SY_KERNEL_OK) return false;
+        for (size_t i = 0; i < count; i++)
+            if (sy_matmul_wants_quantized_x(ws[i]->type)) g.parts[i].qx = m->qx;
+    }
+    sy_threadpool_parallel_for(m->pool, g.first_task[count], matmul_group_task, &g);
+    for (size_t i = 0; i < count; i++)
+        if (atomic_load(&g.parts[i].failed) != 0) return false;
+    return true;
+}
+
+/* y[n][w.rows] = x[n][w.cols] · wᵀ */
+static bool matmul(sy_tf_model *m, const sy_tf_matrix *w, const float *x, size_t n, float *y) {
+    return matmul_group(m, &w, &y, 1, x, n);
 }
 
 /* matmul() for the short-conv layers (transformer_lfm2.h) */
@@ -689,9 +727,9 @@ static bool attention_block(sy_tf_model *m, uint32_t l, size_t N) {
         sy_rmsnorm_f32(m->xb + r * c->n_embd, m->x + r * c->n_embd, L->attn_norm, c->n_embd, c->rms_eps);
 
     /* q: [N][n_head*hd]   k, v: [N][n_head_kv*hd] */
-    if (!matmul(m, &L->wq, m->xb, N, m->q) || !matmul(m, &L->wk, m->xb, N, m->k) ||
-        !matmul(m, &L->wv, m->xb, N, m->v))
-        return false;
+    const sy_tf_matrix *qkv[] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[] = {m->q, m->k, m->v};
+    if (!matmul_group(m, qkv, qkv_out, 3, m->xb, N)) return false;
     add_bias(m->q, L->bq, N, m->q_dim);
     add_bias(m->k, L->bk, N, m->kv_dim);
     add_bias(m->v, L->bv, N, m->kv_dim);
@@ -738,7 +776,9 @@ static bool ffn_block(sy_tf_model *m, uint32_t l, size_t N) {
     const layer *L = &m->layers[l];
     for (size_t r = 0; r < N; r++)
         sy_rmsnorm_f32(m->xb + r * c->n_embd, m->x + r * c->n_embd, L->ffn_norm, c->n_embd, c->rms_eps);
-    if (!matmul(m, &L->w_gate, m->xb, N, m->gate) || !matmul(m, &L->w_up, m->xb, N, m->up)) return false;
+    const sy_tf_matrix *gate_up[] = {&L->w_gate, &L->w_up};
+    float *const gate_up_out[] = {m->gate, m->up};
+    if (!matmul_group(m, gate_up, gate_up_out, 2, m->xb, N)) return false;
     sy_swiglu_f32(m->gate, m->gate, m->up, N * c->n_ff);
     if (!matmul(m, &L->w_down, m->gate, N, m->xb)) return false;
     for (size_t i = 0; i < N * c->n_embd; i++) m->x[i] += m->xb[i];

@@ -148,8 +148,9 @@ static void bundled_test_engine_loads(void **state) {
     sy_plugin_registry_close(&reg);
 }
 
-/* A folder of links: test-engine.so, two fixture plugins under other file names, and a file that is no plugin. */
-static void make_lazy_dir(char *dir, size_t size) {
+/* A folder of links: test-engine.so, two fixture plugins under other file names, and a file that is no plugin;
+ * reg opens it lazily. */
+static void open_lazy_dir(char *dir, size_t size, sy_plugin_registry *reg) {
     snprintf(dir, size, "/tmp/sy-lazy-plugins-%ld", (long)getpid());
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
@@ -159,6 +160,9 @@ static void make_lazy_dir(char *dir, size_t size) {
              "ln -s '%s/tests/plugin-fixtures/not-elf.so' '%s/not-elf.so'",
              dir, dir, build_dir(), dir, build_dir(), dir, build_dir(), dir, build_dir(), dir);
     if (system(cmd) != 0) fail_msg("could not make %s", dir);
+    char err[512] = "";
+    memset(reg, 0, sizeof *reg);
+    if (sy_plugin_registry_open_lazy(reg, dir, err, sizeof err) != 0) fail_msg("open_lazy %s: %s", dir, err);
 }
 
 static void remove_dir(const char *dir) {
@@ -170,9 +174,8 @@ static void remove_dir(const char *dir) {
 static void lazy_registry_loads_a_plugin_when_first_named(void **state) {
     (void)state;
     char dir[256], err[512] = "";
-    make_lazy_dir(dir, sizeof dir);
-    sy_plugin_registry reg = {0};
-    assert_int_equal(sy_plugin_registry_open_lazy(&reg, dir, err, sizeof err), 0);
+    sy_plugin_registry reg;
+    open_lazy_dir(dir, sizeof dir, &reg);
     assert_true(sy_plugin_registry_is_lazy(&reg));
     assert_int_equal(reg.n_plugins, 0); /* nothing up front */
 
@@ -234,10 +237,9 @@ static void *lazy_worker_main(void *arg) {
 
 static void lazy_registry_serves_threads_while_loading(void **state) {
     (void)state;
-    char dir[256], err[512] = "";
-    make_lazy_dir(dir, sizeof dir);
-    sy_plugin_registry reg = {0};
-    assert_int_equal(sy_plugin_registry_open_lazy(&reg, dir, err, sizeof err), 0);
+    char dir[256];
+    sy_plugin_registry reg;
+    open_lazy_dir(dir, sizeof dir, &reg);
     const char *names[] = {"test-engine", "fixture-dup", "fixture-old-minor", NULL};
     lazy_worker workers[4];
     pthread_t threads[4];
