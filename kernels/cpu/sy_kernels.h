@@ -74,6 +74,14 @@ typedef struct sy_kernels {
      * never allocates, so a thread pool can quantize once and share QX among threads. */
     int (*matmul_qx)(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
                      const void *QX, size_t n_batch, float *Y, size_t ldy);
+
+    /* One block of keys of a query's attention with an online softmax: s_i = scale * dot_f32(q, K + i*stride, hd)
+     * for i < n; if the largest s_i exceeds *max, out and *sum are first scaled by e^(*max - largest) and *max
+     * becomes it; then for each i in order, e = e^(s_i - *max), *sum += e, axpy_f32(out, e, V + i*stride, hd).
+     * That is the tier's dot_f32 and axpy_f32 key by key, bit for bit, without a call per key and, where the
+     * tier can, with out held in registers. */
+    void (*attend_f32)(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
+                       float scale, float *max, float *sum, float *out);
 } sy_kernels;
 
 /* The table of a tier, or NULL when this CPU (or this build) cannot run it. */

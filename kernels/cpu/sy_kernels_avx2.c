@@ -571,6 +571,11 @@ static int matmul_qx_avx2(sy_dtype wtype, const void *W, size_t row_bytes, size_
     return SY_KERNEL_OK;
 }
 
+AVX2 static void attend_f32_avx2(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
+                                 float scale, float *max, float *sum, float *out) {
+    sy_attend_with(dot_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
+}
+
 const sy_kernels sy_kernels_avx2_table = {
     .tier = SY_CPU_TIER_AVX2,
     .name = "avx2",
@@ -578,6 +583,7 @@ const sy_kernels sy_kernels_avx2_table = {
     .axpy_f32 = axpy_f32_avx2,
     .matmul = matmul_avx2,
     .matmul_qx = matmul_qx_avx2,
+    .attend_f32 = attend_f32_avx2,
 };
 
 #endif

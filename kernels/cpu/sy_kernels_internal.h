@@ -2,6 +2,7 @@
 #ifndef SY_KERNELS_INTERNAL_H
 #define SY_KERNELS_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -144,6 +145,46 @@ void sy_quantize_row_avx2(const float *x, size_t k, int8_t *q, float *d, float *
 
 /* Loads a little-endian f16 stored at an arbitrary address (block scales are 2-byte aligned at best). */
 static inline float sy_load_f16(const uint8_t *p) { return sy_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+/* attend_f32 (sy_kernels.h) in terms of a tier's dot and axpy, which the compiler inlines where the tier's function
+ * passes its own; keys are scored SY_ATTEND_CHUNK at a time (the transformer's blocks are smaller). */
+#define SY_ATTEND_CHUNK 256
+
+/* s[i] = scale * dot(q, K + i*stride) for i < n; returns the largest (-inf for none). */
+static inline __attribute__((always_inline)) float sy_attend_scores(float (*dot)(const float *, const float *, size_t),
+                                                                    const float *q, const float *K, size_t stride,
+                                                                    size_t n, size_t hd, float scale, float *s) {
+    float block_max = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        s[i] = dot(q, K + i * stride, hd) * scale;
+        if (s[i] > block_max) block_max = s[i];
+    }
+    return block_max;
+}
+
+static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(const float *, const float *, size_t),
+                                                                 void (*axpy)(float *, float, const float *, size_t),
+                                                                 const float *q, const float *K, const float *V,
+                                                                 size_t stride, size_t n, size_t hd, float scale,
+                                                                 float *max, float *sum, float *out) {
+    for (size_t c0 = 0; c0 < n; c0 += SY_ATTEND_CHUNK) {
+        size_t nc = n - c0 < SY_ATTEND_CHUNK ? n - c0 : SY_ATTEND_CHUNK;
+        const float *Kc = K + c0 * stride, *Vc = V + c0 * stride;
+        float s[SY_ATTEND_CHUNK];
+        float block_max = sy_attend_scores(dot, q, Kc, stride, nc, hd, scale, s);
+        if (block_max > *max) { /* rescale what was summed under the old maximum */
+            float shrink = expf(*max - block_max);
+            *sum *= shrink;
+            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
+            *max = block_max;
+        }
+        for (size_t i = 0; i < nc; i++) {
+            float e = expf(s[i] - *max);
+            *sum += e;
+            axpy(out, e, Vc + i * stride, hd);
+        }
+    }
+}
 
 extern const sy_kernels sy_kernels_scalar_table;
 #if SY_KERNELS_X86

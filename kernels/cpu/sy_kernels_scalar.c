@@ -76,6 +76,11 @@ static int matmul_qx_scalar(sy_dtype wtype, const void *W, size_t row_bytes, siz
     return SY_KERNEL_OK;
 }
 
+static void attend_f32_scalar(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
+                              float scale, float *max, float *sum, float *out) {
+    sy_attend_with(dot_f32_scalar, axpy_f32_scalar, q, K, V, stride, n, hd, scale, max, sum, out);
+}
+
 const sy_kernels sy_kernels_scalar_table = {
     .tier = SY_CPU_TIER_SCALAR,
     .name = "scalar",
@@ -83,4 +88,5 @@ const sy_kernels sy_kernels_scalar_table = {
     .axpy_f32 = axpy_f32_scalar,
     .matmul = matmul_scalar,
     .matmul_qx = matmul_qx_scalar,
+    .attend_f32 = attend_f32_scalar,
 };

@@ -688,7 +688,7 @@ static void attention_head(void *arg, size_t task, size_t thread_index) {
     float *out = m->att + r * m->q_dim + h * hd;
     const void *kv = m->row_seq[r]->kv;
     size_t n_pos = (size_t)m->row_pos[r] + 1;
-    float run_max = -INFINITY, run_sum = 0.0f, s[ATTN_BLOCK];
+    float run_max = -INFINITY, run_sum = 0.0f;
     memset(out, 0, hd * sizeof *out);
     sy_tf_kv_view view;
     for (size_t p0 = 0; p0 < n_pos; p0 += view.n) {
@@ -696,24 +696,7 @@ static void attention_head(void *arg, size_t task, size_t thread_index) {
         size_t want = n_pos - p0 < ATTN_BLOCK ? n_pos - p0 : ATTN_BLOCK;
         m->kv_ops->read(m->kv_store, kv, j->layer, (uint32_t)p0, (uint32_t)want, (uint32_t)((h / group) * hd),
                         (uint32_t)hd, thread_index, &view);
-        const float *K = view.k, *V = view.v;
-        size_t nb = view.n;
-        float block_max = -INFINITY;
-        for (size_t i = 0; i < nb; i++) {
-            s[i] = m->kern->dot_f32(q, K + i * view.stride, hd) * scale;
-            if (s[i] > block_max) block_max = s[i];
-        }
-        if (block_max > run_max) { /* rescale what was summed under the old maximum */
-            float shrink = expf(run_max - block_max);
-            run_sum *= shrink;
-            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
-            run_max = block_max;
-        }
-        for (size_t i = 0; i < nb; i++) {
-            float e = expf(s[i] - run_max);
-            run_sum += e;
-            m->kern->axpy_f32(out, e, V + i * view.stride, hd);
-        }
+        m->kern->attend_f32(q, view.k, view.v, view.stride, view.n, hd, scale, &run_max, &run_sum, out);
     }
     float inv = 1.0f / run_sum;
     for (size_t i = 0; i < hd; i++) out[i] *= inv;

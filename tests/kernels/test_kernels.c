@@ -297,6 +297,85 @@ static void test_dot_and_axpy(void **state) {
     }
 }
 
+/* attend_f32 over a sequence of blocks: bit for bit the tier's dot_f32 and axpy_f32 key by key (what the transformer
+ * ran before the kernel had it), and within rounding of the softmax-weighted sum in double precision. */
+static void attend_reference_loop(const sy_kernels *k, const float *q, const float *K, const float *V, size_t stride,
+                                  size_t n, size_t hd, float scale, float *max, float *sum, float *out) {
+    float s[300], block_max = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        s[i] = k->dot_f32(q, K + i * stride, hd) * scale;
+        if (s[i] > block_max) block_max = s[i];
+    }
+    if (block_max > *max) {
+        float shrink = expf(*max - block_max);
+        *sum *= shrink;
+        for (size_t i = 0; i < hd; i++) out[i] *= shrink;
+        *max = block_max;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float e = expf(s[i] - *max);
+        *sum += e;
+        k->axpy_f32(out, e, V + i * stride, hd);
+    }
+}
+
+static void test_attend(void **state) {
+    (void)state;
+    const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
+    int n_tiers = tiers_under_test(tiers);
+    const size_t head_dims[] = {8, 16, 48, 64, 80, 128, 144};
+    const size_t n_keys = 300, blocks[] = {1, 7, 128, 164}; /* cut into blocks of these sizes, in turn */
+    for (size_t hi = 0; hi < sizeof head_dims / sizeof head_dims[0]; hi++) {
+        size_t hd = head_dims[hi], stride = hd * 2 + 3; /* K and V rows of a wider cache, unaligned */
+        float *q = xmalloc(hd * sizeof(float)), *KV = xmalloc((n_keys * stride + hd) * sizeof(float));
+        fill_random(q, hd, 1.0f);
+        fill_random(KV, n_keys * stride + hd, 1.0f);
+        const float *K = KV, *V = KV + hd + 1;
+        const float scale = 1.0f / sqrtf((float)hd) * 4.0f; /* sharp enough that the maximum moves */
+        for (int t = 0; t < n_tiers; t++) {
+            float max_a = -INFINITY, sum_a = 0.0f, max_b = -INFINITY, sum_b = 0.0f;
+            float *out_a = xmalloc(hd * sizeof(float)), *out_b = xmalloc(hd * sizeof(float));
+            memset(out_a, 0, hd * sizeof(float));
+            memset(out_b, 0, hd * sizeof(float));
+            for (size_t p0 = 0, bi = 0; p0 < n_keys; bi++) {
+                size_t nb = blocks[bi % 4] < n_keys - p0 ? blocks[bi % 4] : n_keys - p0;
+                tiers[t]->attend_f32(q, K + p0 * stride, V + p0 * stride, stride, nb, hd, scale, &max_a, &sum_a, out_a);
+                attend_reference_loop(tiers[t], q, K + p0 * stride, V + p0 * stride, stride, nb, hd, scale, &max_b,
+                                      &sum_b, out_b);
+                p0 += nb;
+            }
+            if (memcmp(&max_a, &max_b, sizeof max_a) != 0 || memcmp(&sum_a, &sum_b, sizeof sum_a) != 0 ||
+                memcmp(out_a, out_b, hd * sizeof(float)) != 0)
+                fail_msg("%s attend_f32 hd=%zu differs from its dot_f32 + axpy_f32 loop", tiers[t]->name, hd);
+            /* the softmax-weighted sum of V in double precision */
+            double mx = -INFINITY, den = 0.0;
+            for (size_t i = 0; i < n_keys; i++) {
+                double d = 0.0;
+                for (size_t j = 0; j < hd; j++) d += (double)q[j] * K[i * stride + j];
+                if (d * scale > mx) mx = d * scale;
+            }
+            for (size_t j = 0; j < hd; j++) {
+                double num = 0.0;
+                den = 0.0;
+                for (size_t i = 0; i < n_keys; i++) {
+                    double d = 0.0;
+                    for (size_t u = 0; u < hd; u++) d += (double)q[u] * K[i * stride + u];
+                    double e = exp(d * scale - mx);
+                    den += e;
+                    num += e * V[i * stride + j];
+                }
+                double got = out_a[j] / sum_a, want = num / den;
+                if (!(fabs(got - want) <= 1e-4 * (fabs(want) + 0.1)))
+                    fail_msg("%s attend_f32 hd=%zu element %zu: %.9g, exact %.9g", tiers[t]->name, hd, j, got, want);
+            }
+            free(out_a);
+            free(out_b);
+        }
+        free(q);
+        free(KV);
+    }
+}
+
 /* ---- matmul on F32/F16/BF16 weights ---- */
 
 /* Builds rows x k weights of wtype with row_bytes = packed + pad bytes, at a misaligned address when misalign
@@ -941,6 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_f32_to_f16_rounding),
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_dot_and_axpy),
+        cmocka_unit_test(test_attend),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
