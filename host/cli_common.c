@@ -20,16 +20,9 @@ static int resolve_plugin_dir(const char *explicit_dir, char *dir_out, size_t di
 
 int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plugin_registry *reg, char *dir_out,
                              size_t dir_size) {
-    if (only == NULL || strchr(only, '/') != NULL || only[0] == '.' || only[0] == '\0')
-        return sy_cli_load_plugins(explicit_dir, reg, dir_out, dir_size);
-    if (resolve_plugin_dir(explicit_dir, dir_out, dir_size) != 0) return -1;
-    char file[512];
-    if ((size_t)snprintf(file, sizeof file, "%s.so", only) < sizeof file &&
-        sy_plugin_registry_load_file(reg, dir_out, file) == 0 && sy_plugin_registry_find(reg, only) != NULL)
-        return 0;
-    /* not a file of that name, or another plugin inside: the whole directory decides */
-    sy_plugin_registry_close(reg);
-    return sy_cli_load_plugins(dir_out, reg, dir_out, dir_size);
+    if (sy_cli_open_plugins_lazy(explicit_dir, reg, dir_out, dir_size) != 0) return -1;
+    if (only != NULL) sy_plugin_registry_need(reg, only); /* now, so that a refusal shows before any work */
+    return 0;
 }
 
 /* Resolves the directory, then opens it with `opener` (load it all, or lazily). */

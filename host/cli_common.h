@@ -14,10 +14,11 @@ int sy_cli_load_plugins(const char *explicit_dir, sy_plugin_registry *reg, char 
 /* The same directory as a lazy registry (sy_plugin_registry_open_lazy): nothing loads until asked for. */
 int sy_cli_open_plugins_lazy(const char *explicit_dir, sy_plugin_registry *reg, char *dir_out, size_t dir_size);
 
-/* The same when the verb needs one plugin only (`--plugin NAME`): loads NAME.so alone when the directory has it and
- * it is the plugin of that name, so that a verb does not pay for the others (the CUDA plugin's libraries take
- * ~80 ms and ~170 MB of resident memory to load even without a GPU); otherwise, or with only NULL, the whole
- * directory as sy_cli_load_plugins. */
+/* The directory as a lazy registry for a verb that opens a model: with `--plugin NAME` (only) that plugin is loaded
+ * at once, from NAME.so when that file provides it; other plugins load only when asked for (a drafter, or the probe
+ * of a model given without a plugin, which loads the files in name order and stops at the first that accepts it),
+ * so that a verb does not pay for plugins it does not use (the CUDA plugin's libraries take ~80 ms and ~170 MB of
+ * resident memory to load even without a GPU). */
 int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plugin_registry *reg, char *dir_out,
                              size_t dir_size);
 

@@ -195,7 +195,7 @@ int sy_cmd_generate(int argc, char **argv) {
     sy_plugin_registry reg = {0};
     char dir[4096], err[1024];
     /* a drafter may live in another plugin: then the whole folder */
-    if (sy_cli_load_plugin_named(plugin_dir, draft == NULL ? plugin : NULL, &reg, dir, sizeof dir) != 0) goto done;
+    if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
 
     sy_loaded_model lm;
     double t_load = sy_now_seconds();

@@ -62,20 +62,23 @@ int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name,
         }
         return open_with(p, path, options, n_options, out, err, err_size);
     }
-    /* No plugin named: the first engine whose probe accepts the path. */
-    sy_plugin_registry_need_all(reg);
-    size_t used = 0;
+    /* No plugin named: the first engine whose probe accepts the path, in the folder's name order (a lazy registry
+     * loads the files one at a time and stops there, so the engines after it cost nothing). */
+    size_t used = 0, i = 0;
     err[0] = '\0';
-    for (size_t i = 0; i < reg->n_plugins; i++) {
-        const sy_plugin *p = &reg->plugins[i];
-        if (p->engine == NULL) continue;
-        if (p->engine->probe(path) == SY_OK) return open_with(p, path, options, n_options, out, err, err_size);
-        if (used < err_size) {
-            int w = snprintf(err + used, err_size - used, "%s%s: %s", used ? "; " : "no plugin accepts the model: ",
-                             p->entry->name, p->engine->error_message());
-            if (w > 0) used += (size_t)w;
+    do {
+        for (; i < reg->n_plugins; i++) {
+            const sy_plugin *p = &reg->plugins[i];
+            if (p->engine == NULL) continue;
+            if (p->engine->probe(path) == SY_OK) return open_with(p, path, options, n_options, out, err, err_size);
+            if (used < err_size) {
+                int w = snprintf(err + used, err_size - used, "%s%s: %s",
+                                 used ? "; " : "no plugin accepts the model: ", p->entry->name,
+                                 p->engine->error_message());
+                if (w > 0) used += (size_t)w;
+            }
         }
-    }
+    } while (sy_plugin_registry_load_next(reg));
     if (err[0] == '\0') snprintf(err, err_size, "no engine plugin is loaded to open %s", path);
     return -1;
 }

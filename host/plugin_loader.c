@@ -172,7 +172,9 @@ static int compare_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size) {
+/* Tries the directory's files in name order that were not tried yet, at most `limit` of them; returns how many it
+ * tried, or -1 with `err` set when the directory cannot be read. */
+static long load_untried(sy_plugin_registry *reg, const char *dir, size_t limit, char *err, size_t err_size) {
     DIR *d = opendir(dir);
     if (d == NULL) {
         snprintf(err, err_size, "cannot read plugin directory %s: %s", dir, strerror(errno));
@@ -194,21 +196,28 @@ int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *
     }
     closedir(d);
     if (n > 1) qsort(names, n, sizeof *names, compare_names);
+    long done = 0;
     for (size_t i = 0; i < n; i++) {
         char *path = sy_path_join(dir, names[i]);
         struct stat st;
-        if (path == NULL || tried(reg, path)) {
-            /* loaded or refused before (a lazy registry's second look) */
+        if (path == NULL || tried(reg, path) || (size_t)done == limit) {
+            /* loaded or refused before (a lazy registry's second look), or past the limit */
         } else if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
             refuse(reg, path, "not a regular file");
+            done++;
         } else {
             load_one(reg, path);
+            done++;
         }
         free(path);
         free(names[i]);
     }
     free(names);
-    return 0;
+    return done;
+}
+
+int sy_plugin_registry_load_dir(sy_plugin_registry *reg, const char *dir, char *err, size_t err_size) {
+    return load_untried(reg, dir, SIZE_MAX, err, err_size) < 0 ? -1 : 0;
 }
 
 int sy_plugin_registry_load_file(sy_plugin_registry *reg, const char *dir, const char *file) {
@@ -292,6 +301,19 @@ const sy_plugin *sy_plugin_registry_need(const sy_plugin_registry *creg, const c
     log_refusals(reg, refused_before);
     pthread_mutex_unlock(&reg->lazy->lock);
     return p;
+}
+
+bool sy_plugin_registry_load_next(const sy_plugin_registry *creg) {
+    if (creg->lazy == NULL) return false;
+    sy_plugin_registry *reg = growable(creg);
+    pthread_mutex_lock(&reg->lazy->lock);
+    size_t refused_before = reg->n_refused;
+    char err[512];
+    long tried_now = load_untried(reg, reg->lazy->dir, 1, err, sizeof err);
+    if (tried_now < 0) sy_log(SY_LOG_WARN, "%s", err);
+    log_refusals(reg, refused_before);
+    pthread_mutex_unlock(&reg->lazy->lock);
+    return tried_now > 0;
 }
 
 void sy_plugin_registry_need_all(const sy_plugin_registry *creg) {

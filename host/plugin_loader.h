@@ -65,6 +65,10 @@ const sy_plugin *sy_plugin_registry_need(const sy_plugin_registry *reg, const ch
  * name); nothing for an eager one. */
 void sy_plugin_registry_need_all(const sy_plugin_registry *reg);
 
+/* Loads the first file of a lazy registry's directory, in name order, not tried yet (for a search that stops at
+ * the first plugin that will do); false when every file was tried, or the registry is eager. */
+bool sy_plugin_registry_load_next(const sy_plugin_registry *reg);
+
 /* Whether the registry is lazy and may still load more. */
 bool sy_plugin_registry_is_lazy(const sy_plugin_registry *reg);
 

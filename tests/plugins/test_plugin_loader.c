@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "loaded_model.h"
 #include "plugin_loader.h"
 
 static const char *build_dir(void) {
@@ -261,6 +262,37 @@ static void lazy_registry_serves_threads_while_loading(void **state) {
     remove_dir(dir);
 }
 
+/* A model given without a plugin: a lazy registry loads the folder's files in name order and stops at the first
+ * engine that accepts it, so the ones after it are never loaded. */
+static void lazy_probe_stops_at_the_first_engine_that_accepts(void **state) {
+    (void)state;
+    char dir[256], cmd[8192], err[1024] = "", model[4096];
+    snprintf(dir, sizeof dir, "/tmp/sy-lazy-probe-%ld", (long)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && ln -s '%s/plugins/test-engine.so' '%s/a-test-engine.so' && "
+             "ln -s '%s/tests/plugin-fixtures/dup-a.so' '%s/b-dup.so' && "
+             "ln -s '%s/tests/plugin-fixtures/not-elf.so' '%s/c-not-elf.so'",
+             dir, dir, build_dir(), dir, build_dir(), dir, build_dir(), dir);
+    if (system(cmd) != 0) fail_msg("could not make %s", dir);
+    const char *src = getenv("SY_SOURCE_DIR");
+    snprintf(model, sizeof model, "%s/tests/fixtures/test-engine/alpha.model", src ? src : ".");
+    sy_plugin_registry reg = {0};
+    assert_int_equal(sy_plugin_registry_open_lazy(&reg, dir, err, sizeof err), 0);
+    sy_loaded_model lm;
+    if (sy_loaded_model_open(&reg, NULL, model, NULL, 0, &lm, err, sizeof err) != 0) fail_msg("open: %s", err);
+    assert_int_equal(reg.n_plugins, 1); /* a-test-engine.so accepted: the others were not loaded */
+    assert_int_equal(reg.n_refused, 0);
+    sy_loaded_model_close(&lm);
+    /* nothing accepts this file: every file is tried, and the message names each engine's refusal */
+    assert_int_not_equal(sy_loaded_model_open(&reg, NULL, dir, NULL, 0, &lm, err, sizeof err), 0);
+    assert_int_equal(reg.n_plugins, 2);
+    assert_int_equal(reg.n_refused, 1);
+    assert_non_null(strstr(err, "test-engine"));
+    assert_non_null(strstr(err, "fixture-dup"));
+    sy_plugin_registry_close(&reg);
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_broken_plugin_is_refused_with_its_reason),
@@ -270,6 +302,7 @@ int main(void) {
         cmocka_unit_test(bundled_test_engine_loads),
         cmocka_unit_test(lazy_registry_loads_a_plugin_when_first_named),
         cmocka_unit_test(lazy_registry_serves_threads_while_loading),
+        cmocka_unit_test(lazy_probe_stops_at_the_first_engine_that_accepts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
