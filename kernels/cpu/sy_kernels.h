@@ -11,8 +11,8 @@
  *    every quantized weight type, the K-quants included: finer than 256-element Q8_K scales, so at least as
  *    accurate), with exact integer sums per 16 elements. All tiers quantize the activations to the same bytes (the
  *    AVX2 and AVX-512 tiers by a SIMD version of the same IEEE operations), so tiers differ only by f32 rounding
- *    order. The AVX2 and AVX-512 tiers decode each weight block in registers and dot it with up to four tokens at
- *    once (no unpacked copy of the weights).
+ *    order. The AVX2 and AVX-512 tiers decode each weight block in registers and dot it with up to four (AVX2) or
+ *    eight (AVX-512) tokens at once (no unpacked copy of the weights).
  *  - Batch invariance: within a tier, a row of X gives the same bits whatever the batch around it (how many rows,
  *    at which position), so a token's logits do not depend on what shares its decode call; speculative
  *    verification and continuous batching then pick exactly the tokens of a plain decode.

@@ -88,9 +88,8 @@ void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unp
                          size_t row_begin, size_t row_end, size_t k, const void *QX, size_t n_batch, float *Y,
                          size_t ldy);
 
-/* Fused products (decode, and the K-quants' prefill): each weight block is decoded in registers and dotted at once
- * with up to a tile of activation rows (the tier's and type's, at most SY_FUSED_TILE_MAX), with no unpacked copy. For one token the unpack costs more than the dot.
- * A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb, each row being
+/* Fused products (every batch size): each weight block is decoded in registers and dotted at once with a tile of
+ * activation rows (the tier's, at most SY_FUSED_TILE_MAX), with no unpacked copy. A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb, each row being
  * n_blocks whole blocks of the weight type at W + r * row_bytes (x[t] point at the rows' first element). */
 #define SY_FUSED_TILE_MAX 8
 /* Whether a tier takes its fused kernels for this batch: always for the K-quants (measured: their fused kernels beat
