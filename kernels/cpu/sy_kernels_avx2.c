@@ -1,22 +1,14 @@
 /* The AVX2 tier (AVX2 + FMA + F16C). Functions carry target attributes instead of per-file flags, so this file
  * builds with the project's ordinary flags and its code runs only after cpuid said yes. The block unpackers here
  * are also used by the AVX-512 tier. */
-#include "sy_kernels_internal.h"
+#include "sy_kernels_x86.h"
 
 #if SY_KERNELS_X86
 
-#include <immintrin.h>
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2 SY_AVX2_TARGET
 
 /* ---- float kernels ---- */
 
-AVX2 static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 AVX2 static float dot_f32_avx2(const float *a, const float *b, size_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
@@ -29,7 +21,7 @@ AVX2 static float dot_f32_avx2(const float *a, const float *b, size_t n) {
         acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
     }
     for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    float sum = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    float sum = sy_hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += a[i] * b[i];
     return sum;
 }
@@ -138,14 +130,14 @@ AVX2 static ALWAYS_INLINE void tile_4x2(sy_dtype wt, const uint8_t *const *rows,
         a30 = _mm256_fmadd_ps(w3, x0, a30);
         a31 = _mm256_fmadd_ps(w3, x1, a31);
     }
-    out[0][0] = hsum256(a00) + dot_tail(wt, rows[0], xs[0], i, k);
-    out[0][1] = hsum256(a01) + dot_tail(wt, rows[0], xs[1], i, k);
-    out[1][0] = hsum256(a10) + dot_tail(wt, rows[1], xs[0], i, k);
-    out[1][1] = hsum256(a11) + dot_tail(wt, rows[1], xs[1], i, k);
-    out[2][0] = hsum256(a20) + dot_tail(wt, rows[2], xs[0], i, k);
-    out[2][1] = hsum256(a21) + dot_tail(wt, rows[2], xs[1], i, k);
-    out[3][0] = hsum256(a30) + dot_tail(wt, rows[3], xs[0], i, k);
-    out[3][1] = hsum256(a31) + dot_tail(wt, rows[3], xs[1], i, k);
+    out[0][0] = sy_hsum8(a00) + dot_tail(wt, rows[0], xs[0], i, k);
+    out[0][1] = sy_hsum8(a01) + dot_tail(wt, rows[0], xs[1], i, k);
+    out[1][0] = sy_hsum8(a10) + dot_tail(wt, rows[1], xs[0], i, k);
+    out[1][1] = sy_hsum8(a11) + dot_tail(wt, rows[1], xs[1], i, k);
+    out[2][0] = sy_hsum8(a20) + dot_tail(wt, rows[2], xs[0], i, k);
+    out[2][1] = sy_hsum8(a21) + dot_tail(wt, rows[2], xs[1], i, k);
+    out[3][0] = sy_hsum8(a30) + dot_tail(wt, rows[3], xs[0], i, k);
+    out[3][1] = sy_hsum8(a31) + dot_tail(wt, rows[3], xs[1], i, k);
 }
 
 /* 4 rows x 1 batch row (decode): two accumulators per row so eight FMA chains are in flight. */
@@ -172,10 +164,10 @@ AVX2 static ALWAYS_INLINE void tile_4x1(sy_dtype wt, const uint8_t *const *rows,
         a2 = _mm256_fmadd_ps(load8_weights(wt, rows[2], i), x0, a2);
         a3 = _mm256_fmadd_ps(load8_weights(wt, rows[3], i), x0, a3);
     }
-    out[0][0] = hsum256(_mm256_add_ps(a0, b0)) + dot_tail(wt, rows[0], x, i, k);
-    out[1][0] = hsum256(_mm256_add_ps(a1, b1)) + dot_tail(wt, rows[1], x, i, k);
-    out[2][0] = hsum256(_mm256_add_ps(a2, b2)) + dot_tail(wt, rows[2], x, i, k);
-    out[3][0] = hsum256(_mm256_add_ps(a3, b3)) + dot_tail(wt, rows[3], x, i, k);
+    out[0][0] = sy_hsum8(_mm256_add_ps(a0, b0)) + dot_tail(wt, rows[0], x, i, k);
+    out[1][0] = sy_hsum8(_mm256_add_ps(a1, b1)) + dot_tail(wt, rows[1], x, i, k);
+    out[2][0] = sy_hsum8(_mm256_add_ps(a2, b2)) + dot_tail(wt, rows[2], x, i, k);
+    out[3][0] = sy_hsum8(_mm256_add_ps(a3, b3)) + dot_tail(wt, rows[3], x, i, k);
 }
 
 /* Any tile up to 4 x 2 (the edges of the matrix): one row at a time. */
@@ -189,8 +181,8 @@ AVX2 static ALWAYS_INLINE void tile_edge(sy_dtype wt, const uint8_t *const *rows
             a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[0] + i), a0);
             if (nb > 1) a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[1] + i), a1);
         }
-        out[r][0] = hsum256(a0) + dot_tail(wt, rows[r], xs[0], i, k);
-        if (nb > 1) out[r][1] = hsum256(a1) + dot_tail(wt, rows[r], xs[1], i, k);
+        out[r][0] = sy_hsum8(a0) + dot_tail(wt, rows[r], xs[0], i, k);
+        if (nb > 1) out[r][1] = sy_hsum8(a1) + dot_tail(wt, rows[r], xs[1], i, k);
     }
 }
 
@@ -255,27 +247,6 @@ static int matmul_avx2(sy_dtype wtype, const void *W, size_t row_bytes, size_t r
 
 /* ---- block unpacking (see sy_kernels_quant.c for the formats) ---- */
 
-static inline uint32_t load_u32le(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-/* 32 bytes, byte i = 0x10 when bit i of bits is set, else 0. */
-AVX2 static inline __m256i bits_to_0x10(uint32_t bits) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
-                                            3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-/* The 32 nibbles of 16 bytes in element order: low nibbles then high nibbles. */
-AVX2 static inline __m256i nibbles16(const uint8_t *p) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i m = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
 static inline void k4_scale_min(const uint8_t *s, int j, int *scale, int *min) {
     if (j < 4) {
         *scale = s[j] & 63;
@@ -306,7 +277,7 @@ AVX2 static ALWAYS_INLINE void unpack_block_avx2(sy_dtype type, const uint8_t *b
     case SY_DTYPE_Q4_1: {
         float d = f16_hw(b);
         float offset = type == SY_DTYPE_Q4_0 ? -8.0f * d : f16_hw(b + 2);
-        _mm256_storeu_si256((__m256i *)(void *)u, nibbles16(b + (type == SY_DTYPE_Q4_0 ? 2 : 4)));
+        _mm256_storeu_si256((__m256i *)(void *)u, sy_nibbles16(b + (type == SY_DTYPE_Q4_0 ? 2 : 4)));
         a[0] = a[1] = d;
         c[0] = c[1] = offset;
         break;
@@ -316,7 +287,7 @@ AVX2 static ALWAYS_INLINE void unpack_block_avx2(sy_dtype type, const uint8_t *b
         float d = f16_hw(b);
         float offset = type == SY_DTYPE_Q5_0 ? -16.0f * d : f16_hw(b + 2);
         const uint8_t *qh = b + (type == SY_DTYPE_Q5_0 ? 2 : 4);
-        __m256i v = _mm256_or_si256(nibbles16(qh + 4), bits_to_0x10(load_u32le(qh)));
+        __m256i v = _mm256_or_si256(sy_nibbles16(qh + 4), sy_bits_to_0x10(sy_u32_at(qh)));
         _mm256_storeu_si256((__m256i *)(void *)u, v);
         a[0] = a[1] = d;
         c[0] = c[1] = offset;
@@ -495,7 +466,7 @@ AVX2 static float dot_unpacked_avx2(const uint8_t *u, const float *a, const floa
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(a + 2 * blk, d[blk]), acc0);
     }
     __m256 acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), offsets_times_sums(c, s16, n / SY_QX_GROUP));
-    return hsum256(acc);
+    return sy_hsum8(acc);
 }
 
 /* Q8_0 (u = q + 128 uses all 8 bits, which maddubs could saturate): multiply the signed weights directly with
@@ -511,7 +482,7 @@ AVX2 static float dot_unpacked_wide_avx2(const uint8_t *u, const float *a, const
         p = _mm256_madd_epi16(p, ones);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), block_scales(a + 2 * blk, d[blk]), acc);
     }
-    return hsum256(acc);
+    return sy_hsum8(acc);
 }
 
 /* Four tokens per pass over the unpacked chunk: each block's codes and scales are loaded once for the four tokens.
@@ -543,10 +514,10 @@ AVX2 static void dot_unpacked4_avx2(const uint8_t *u, const float *a, const floa
     acc1 = _mm256_add_ps(acc1, offsets_times_sums(c, x[1].s16 + k0 / 16, n / SY_QX_GROUP));
     acc2 = _mm256_add_ps(acc2, offsets_times_sums(c, x[2].s16 + k0 / 16, n / SY_QX_GROUP));
     acc3 = _mm256_add_ps(acc3, offsets_times_sums(c, x[3].s16 + k0 / 16, n / SY_QX_GROUP));
-    out[0] = hsum256(acc0);
-    out[1] = hsum256(acc1);
-    out[2] = hsum256(acc2);
-    out[3] = hsum256(acc3);
+    out[0] = sy_hsum8(acc0);
+    out[1] = sy_hsum8(acc1);
+    out[2] = sy_hsum8(acc2);
+    out[3] = sy_hsum8(acc3);
 }
 
 /* The fused kernels serve every batch size, for batch invariance (see the AVX-512 tier), though Q5_0 gains from

@@ -8,57 +8,18 @@
  * the activations' per-16 sums s16, so they cost one FMA per 16 groups instead of touching the elements.
  * K-quants with 16-element sub-scales (Q2_K, Q3_K, Q6_K) take the integer sub-scale in the madd. The 32-element
  * block types go eight blocks at a time, so that their scales come in one gather and cost one multiply per token. */
-#include "sy_kernels_internal.h"
+#include "sy_kernels_x86.h"
 
 #if SY_KERNELS_X86
 
-#include <immintrin.h>
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define ALWAYS_INLINE __attribute__((always_inline)) inline
+#define AVX2 SY_AVX2_TARGET
+#define ALWAYS_INLINE SY_ALWAYS_INLINE
 #define TILE 4
 #define SY_FUSED_TILE TILE
-
-AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static ALWAYS_INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-static inline uint32_t u32_at(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4); /* x86 is little-endian, like the files */
-    return v;
-}
-
-AVX2 static ALWAYS_INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* Per 32-bit lane j, the sum of u[4j..4j+3] * q[4j..4j+3] (u unsigned, q signed; no pair may exceed 32767). */
 AVX2 static ALWAYS_INLINE __m256i dot4_u8i8(__m256i u, __m256i q) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
-}
-
-/* The 32 nibbles of 16 bytes in element order: low nibbles, then high nibbles. */
-AVX2 static ALWAYS_INLINE __m256i nibbles16(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
-}
-
-/* Byte i = 0x10 when bit i of bits is set, else 0 (the fifth bit of Q5_0/Q5_1). */
-AVX2 static ALWAYS_INLINE __m256i bits_to_0x10(uint32_t bits) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
-                                            3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
 /* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ---- */
@@ -130,19 +91,19 @@ AVX2 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, s
         const uint8_t *b = g + (size_t)j * (size_t)bytes;
         __m256i u, sign = _mm256_setzero_si256();
         if (type == SY_DTYPE_Q8_0) {
-            sign = load32(b + 2);
+            sign = sy_load32(b + 2);
             u = _mm256_sign_epi8(sign, sign); /* |w|; -128 stays 0x80 = 128 unsigned */
         } else if (type == SY_DTYPE_Q4_0) {
-            u = nibbles16(b + 2);
+            u = sy_nibbles16(b + 2);
         } else if (type == SY_DTYPE_Q4_1) {
-            u = nibbles16(b + 4);
+            u = sy_nibbles16(b + 4);
         } else if (type == SY_DTYPE_Q5_0) {
-            u = _mm256_or_si256(nibbles16(b + 6), bits_to_0x10(u32_at(b + 2)));
+            u = _mm256_or_si256(sy_nibbles16(b + 6), sy_bits_to_0x10(sy_u32_at(b + 2)));
         } else {
-            u = _mm256_or_si256(nibbles16(b + 8), bits_to_0x10(u32_at(b + 4)));
+            u = _mm256_or_si256(sy_nibbles16(b + 8), sy_bits_to_0x10(sy_u32_at(b + 4)));
         }
         for (int t = 0; t < nb; t++) {
-            __m256i q = load32(x[t].q + 32 * (i0 + (size_t)j));
+            __m256i q = sy_load32(x[t].q + 32 * (i0 + (size_t)j));
             if (type == SY_DTYPE_Q8_0) q = _mm256_sign_epi8(q, sign);
             __m256 f = _mm256_cvtepi32_ps(dot4_u8i8(u, q));
             /* a constant chain index keeps the accumulators in registers (the tail's loop is not unrolled) */
@@ -164,7 +125,7 @@ AVX2 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, siz
     if (i0 < n_blocks) blocks32_group(type, w, i0, (int)(n_blocks - i0), x, nb, acc, acc_off);
     for (int t = 0; t < nb; t++) {
         for (int c = 1; c < chains(nb); c++) acc[0][t] = _mm256_add_ps(acc[0][t], acc[c][t]);
-        out[t] = hsum8(_mm256_add_ps(acc[0][t], acc_off[t]));
+        out[t] = sy_hsum8(_mm256_add_ps(acc[0][t], acc_off[t]));
     }
 }
 
@@ -172,7 +133,7 @@ AVX2 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, siz
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
 AVX2 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
-    uint32_t w0 = u32_at(s), w1 = u32_at(s + 4), w2 = u32_at(s + 8);
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
     uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
     uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
     uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
@@ -187,7 +148,7 @@ AVX2 static ALWAYS_INLINE void k4_pair_dot(const int five, const uint8_t *qs, in
                                            const float (*scale)[8], const int nb, const int two_chains, __m256 *acc,
                                            __m256 *acc2) {
     const __m256i m15 = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(0x10);
-    __m256i v = load32(qs + 32 * i);
+    __m256i v = sy_load32(qs + 32 * i);
     __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
     if (five) {
         /* 16-bit shifts; the mask keeps each byte's own bit */
@@ -195,8 +156,8 @@ AVX2 static ALWAYS_INLINE void k4_pair_dot(const int five, const uint8_t *qs, in
         hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
     }
     for (int t = 0; t < nb; t++) {
-        __m256 p0 = _mm256_cvtepi32_ps(dot4_u8i8(lo, load32(q[t] + 64 * i)));
-        __m256 p1 = _mm256_cvtepi32_ps(dot4_u8i8(hi, load32(q[t] + 64 * i + 32)));
+        __m256 p0 = _mm256_cvtepi32_ps(dot4_u8i8(lo, sy_load32(q[t] + 64 * i)));
+        __m256 p1 = _mm256_cvtepi32_ps(dot4_u8i8(hi, sy_load32(q[t] + 64 * i + 32)));
         acc[t] = _mm256_fmadd_ps(p0, _mm256_broadcast_ss(&scale[t][2 * i]), acc[t]);
         if (two_chains) {
             acc2[t] = _mm256_fmadd_ps(p1, _mm256_broadcast_ss(&scale[t][2 * i + 1]), acc2[t]);
@@ -217,8 +178,8 @@ AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, siz
         sy_prefetch_ahead(w, bytes);
         __m256 sc, mn;
         k4_scales_mins(w + 4, &sc, &mn);
-        __m256 dsc = _mm256_mul_ps(sc, _mm256_set1_ps(f16_at(w)));
-        __m256 neg_min = _mm256_mul_ps(mn, _mm256_set1_ps(-f16_at(w + 2)));
+        __m256 dsc = _mm256_mul_ps(sc, _mm256_set1_ps(sy_f16_at(w)));
+        __m256 neg_min = _mm256_mul_ps(mn, _mm256_set1_ps(-sy_f16_at(w + 2)));
         /* per 16-element group: sub-block j's min serves groups 2j and 2j + 1 */
         __m256 min_lo = _mm256_permutevar8x32_ps(neg_min, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
         __m256 min_hi = _mm256_permutevar8x32_ps(neg_min, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
@@ -230,20 +191,20 @@ AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, siz
             acc2[t] = _mm256_fmadd_ps(min_hi, _mm256_loadu_ps(x[t].s16 + 16 * s + 8), acc2[t]);
         }
         const uint8_t *qs = w + (five ? 48 : 16);
-        __m256i h = five ? load32(w + 16) : _mm256_setzero_si256();
+        __m256i h = five ? sy_load32(w + 16) : _mm256_setzero_si256();
         k4_pair_dot(five, qs, 0, h, q, scale, nb, two_chains, acc, acc2);
         k4_pair_dot(five, qs, 1, _mm256_srli_epi16(h, 2), q, scale, nb, two_chains, acc, acc2);
         k4_pair_dot(five, qs, 2, _mm256_srli_epi16(h, 4), q, scale, nb, two_chains, acc, acc2);
         k4_pair_dot(five, qs, 3, _mm256_srli_epi16(h, 6), q, scale, nb, two_chains, acc, acc2);
     }
-    for (int t = 0; t < nb; t++) out[t] = hsum8(_mm256_add_ps(acc[t], acc2[t]));
+    for (int t = 0; t < nb; t++) out[t] = sy_hsum8(_mm256_add_ps(acc[t], acc2[t]));
 }
 
 /* ---- Q2_K, Q3_K, Q6_K: sixteen 16-element sub-blocks with an integer scale each ---- */
 
 /* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
 static inline __m128i q3k_scales(const uint8_t *s) {
-    uint32_t w0 = u32_at(s), w1 = u32_at(s + 4), w2 = u32_at(s + 8);
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
     uint32_t lo[4] = {w0 & 0x0f0f0f0fu, w1 & 0x0f0f0f0fu, (w0 >> 4) & 0x0f0f0f0fu, (w1 >> 4) & 0x0f0f0f0fu};
     for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
     __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
@@ -257,7 +218,7 @@ AVX2 static ALWAYS_INLINE __m256i k16_chunk(sy_dtype type, const uint8_t *b, int
     const __m256i m3 = _mm256_set1_epi8(3);
     int n = c / 4, j = c % 4;
     if (type == SY_DTYPE_Q6_K) {
-        __m256i l = load32(b + 64 * n + 32 * (j & 1)), h = load32(b + 128 + 32 * n);
+        __m256i l = sy_load32(b + 64 * n + 32 * (j & 1)), h = sy_load32(b + 128 + 32 * n);
         __m256i low = j < 2 ? _mm256_and_si256(l, _mm256_set1_epi8(15))
                             : _mm256_and_si256(_mm256_srli_epi16(l, 4), _mm256_set1_epi8(15));
         /* high bits (h >> 2j) & 3 moved to bits 4-5: 16-bit shifts, the mask keeps each byte's own bits */
@@ -267,12 +228,12 @@ AVX2 static ALWAYS_INLINE __m256i k16_chunk(sy_dtype type, const uint8_t *b, int
                                 : _mm256_srli_epi16(h, 2);
         return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
     }
-    __m256i qs = load32(b + (type == SY_DTYPE_Q3_K ? 32 : 16) + 32 * n);
+    __m256i qs = sy_load32(b + (type == SY_DTYPE_Q3_K ? 32 : 16) + 32 * n);
     __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
     if (type == SY_DTYPE_Q2_K) return low;
     /* Q3_K: bit 4n + j of hmask to bit 2 */
     int bit = 4 * n + j;
-    __m256i hm = load32(b);
+    __m256i hm = sy_load32(b);
     __m256i high = bit >= 2 ? _mm256_srli_epi16(hm, bit - 2) : _mm256_slli_epi16(hm, 2 - bit);
     return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)));
 }
@@ -287,7 +248,7 @@ AVX2 static ALWAYS_INLINE void k16_chunk_dot(sy_dtype type, const uint8_t *w, in
                                   (long long)(0x0101010101010101ull * (uint64_t)(2 * c)));
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
     for (int t = 0; t < nb; t++) {
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, load32(q[t] + 32 * c)), sc16);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, sy_load32(q[t] + 32 * c)), sc16);
         __m256 f = _mm256_cvtepi32_ps(p);
         if (two_chains && (c & 1)) {
             acc2[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(&scale[t][c]), acc2[t]);
@@ -310,19 +271,19 @@ AVX2 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n
         float d;
         __m256 off_lo, off_hi; /* per 16-element group: the weight offset */
         if (type == SY_DTYPE_Q6_K) {
-            d = f16_at(w + 208);
+            d = sy_f16_at(w + 208);
             sc8 = _mm_loadu_si128((const __m128i *)(const void *)(w + 192));
         } else if (type == SY_DTYPE_Q3_K) {
-            d = f16_at(w + 108);
+            d = sy_f16_at(w + 108);
             sc8 = q3k_scales(w + 96);
         } else {
-            d = f16_at(w + 80);
+            d = sy_f16_at(w + 80);
             sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)w), _mm_set1_epi8(15));
         }
         if (type == SY_DTYPE_Q2_K) {
             __m128i mins = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(const void *)w), 4),
                                          _mm_set1_epi8(15));
-            __m256 neg_dmin = _mm256_set1_ps(-f16_at(w + 82));
+            __m256 neg_dmin = _mm256_set1_ps(-sy_f16_at(w + 82));
             off_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mins)), neg_dmin);
             off_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mins, 8))), neg_dmin);
         } else {
@@ -347,7 +308,7 @@ AVX2 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n
         k16_chunk_dot(type, w, 6, sc8, q, scale, nb, two_chains, acc, acc2);
         k16_chunk_dot(type, w, 7, sc8, q, scale, nb, two_chains, acc, acc2);
     }
-    for (int t = 0; t < nb; t++) out[t] = hsum8(_mm256_add_ps(acc[t], acc2[t]));
+    for (int t = 0; t < nb; t++) out[t] = sy_hsum8(_mm256_add_ps(acc[t], acc2[t]));
 }
 
 /* The K-quants' entry, as sy_kernels_fused_table.h calls it. */

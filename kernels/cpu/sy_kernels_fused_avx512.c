@@ -6,27 +6,18 @@
  * blocks32_group), up to eight tokens per pass over the weights; the K-quants take 64 elements of a 256-element block
  * at a time, with the per-lane f32 scales picked by one permute per token, four tokens per pass. Reading ahead: see
  * sy_prefetch_ahead. */
-#include "sy_kernels_internal.h"
+#include "sy_kernels_x86.h"
 
 #if SY_KERNELS_X86
-
-#include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 #define TILE 8
 #define SY_FUSED_TILE TILE
 
-AVX512 static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 AVX512 static ALWAYS_INLINE float hsum16(__m512 v) {
     __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); /* AVX512F, not DQ */
-    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
+    return sy_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
 }
 
 /* out[t] = hsum16(acc[t]) for t < nb, bit for bit: eight vectors at once through a tree that packs two tokens per
@@ -54,19 +45,6 @@ AVX512 static ALWAYS_INLINE void hsum16_tokens(const __m512 *acc, const int nb, 
     for (int t = 0; t < nb; t++) out[t] = lanes[t < 4 ? 4 * t : 4 * (t - 4) + 2];
 }
 
-AVX512 static ALWAYS_INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-static inline uint32_t u32_at(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4); /* x86 is little-endian, like the files */
-    return v;
-}
-
-AVX512 static ALWAYS_INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AVX512 static ALWAYS_INLINE __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 /* 32 bytes into both halves of a 512-bit vector (a load-port broadcast). */
 AVX512 static ALWAYS_INLINE __m512i load32x2(const void *p) {
@@ -176,8 +154,8 @@ static inline int blocks32_offset_shift(sy_dtype type) {
  * order; with pair 0 only block a, the upper half zero and b not read. */
 AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t *a, const uint8_t *b, const int pair) {
     if (type == SY_DTYPE_Q8_0) {
-        __m512i w = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(load32(a + 2)), load32(b + 2), 1)
-                         : _mm512_zextsi256_si512(load32(a + 2));
+        __m512i w = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(sy_load32(a + 2)), sy_load32(b + 2), 1)
+                         : _mm512_zextsi256_si512(sy_load32(a + 2));
         return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)); /* q + 128 */
     }
     const int at = type == SY_DTYPE_Q4_0 ? 2 : type == SY_DTYPE_Q4_1 ? 4 : type == SY_DTYPE_Q5_0 ? 6 : 8;
@@ -189,7 +167,7 @@ AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t 
     __m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
     if (type == SY_DTYPE_Q5_0 || type == SY_DTYPE_Q5_1) {
         const int qh = type == SY_DTYPE_Q5_0 ? 2 : 4; /* the fifth bits, one mask bit per element */
-        __mmask64 high = (__mmask64)u32_at(a + qh) | (pair ? (__mmask64)u32_at(b + qh) << 32 : 0);
+        __mmask64 high = (__mmask64)sy_u32_at(a + qh) | (pair ? (__mmask64)sy_u32_at(b + qh) << 32 : 0);
         u = _mm512_mask_add_epi8(u, high, u, _mm512_set1_epi8(0x10));
     }
     return u;
@@ -239,7 +217,7 @@ AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, s
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
 AVX512 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
-    uint32_t w0 = u32_at(s), w1 = u32_at(s + 4), w2 = u32_at(s + 8);
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
     uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
     uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
     uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
@@ -283,8 +261,8 @@ AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w,
         }
         const uint8_t *b = h ? b1 : b0;
         k4_scales_mins(b + 4, &sc[h], &mn[h]);
-        dsc[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(f16_at(b)));
-        dmn[h] = _mm256_mul_ps(mn[h], _mm256_set1_ps(-f16_at(b + 2)));
+        dsc[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(sy_f16_at(b)));
+        dmn[h] = _mm256_mul_ps(mn[h], _mm256_set1_ps(-sy_f16_at(b + 2)));
         for (int i = 0; i < 4; i++) v[4 * h + i] = k4_codes(five, b, i);
     }
     group_scales gs;
@@ -296,7 +274,7 @@ AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w,
 
 /* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
 static inline __m128i q3k_scales(const uint8_t *s) {
-    uint32_t w0 = u32_at(s), w1 = u32_at(s + 4), w2 = u32_at(s + 8);
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
     uint32_t lo[4] = {w0 & 0x0f0f0f0fu, w1 & 0x0f0f0f0fu, (w0 >> 4) & 0x0f0f0f0fu, (w1 >> 4) & 0x0f0f0f0fu};
     for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
     __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
@@ -333,13 +311,13 @@ AVX512 static ALWAYS_INLINE void k16_scales(sy_dtype type, const uint8_t *w, __m
         __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)w);
         __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(15))));
         __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15))));
-        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(f16_at(w + 80)));
-        *off = _mm512_mul_ps(mn, _mm512_set1_ps(-f16_at(w + 82)));
+        *dsc = _mm512_mul_ps(sc, _mm512_set1_ps(sy_f16_at(w + 80)));
+        *off = _mm512_mul_ps(mn, _mm512_set1_ps(-sy_f16_at(w + 82)));
     } else {
         int six = type == SY_DTYPE_Q6_K;
         __m128i sc8 = six ? _mm_loadu_si128((const __m128i *)(const void *)(w + 192)) : q3k_scales(w + 96);
         *dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
-                             _mm512_set1_ps(f16_at(w + (six ? 208 : 108))));
+                             _mm512_set1_ps(sy_f16_at(w + (six ? 208 : 108))));
         *off = _mm512_mul_ps(*dsc, _mm512_set1_ps(six ? -32.0f : -4.0f));
     }
 }

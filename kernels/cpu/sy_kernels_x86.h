@@ -1,0 +1,58 @@
+/* Small helpers the x86 tiers share (sy_kernels_avx2.c, sy_kernels_fused_avx2.c, sy_kernels_fused_avx512.c).
+ * They carry the AVX2 target, a subset of the AVX-512 tier's, so either tier's functions inline them. */
+#ifndef SY_KERNELS_X86_H
+#define SY_KERNELS_X86_H
+
+#include "sy_kernels_internal.h"
+
+#if SY_KERNELS_X86
+
+#include <immintrin.h>
+
+#define SY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define SY_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+/* The sum of a vector's eight lanes: (i + 4), then (i + 2), then (i + 1). */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE float sy_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* A little-endian f16 at any address, as f32. */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE float sy_f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* A little-endian u32 at any address (x86 is little-endian, like the files). */
+static inline uint32_t sy_u32_at(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256i sy_load32(const void *p) {
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* The 32 nibbles of 16 bytes in element order: low nibbles, then high nibbles. */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256i sy_nibbles16(const uint8_t *p) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+}
+
+/* Byte i = 0x10 when bit i of bits is set, else 0 (the fifth bit of Q5_0/Q5_1). */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256i sy_bits_to_0x10(uint32_t bits) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                            3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+#endif
+#endif
