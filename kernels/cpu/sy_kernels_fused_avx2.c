@@ -167,6 +167,19 @@ AVX2 static ALWAYS_INLINE void k4_pair_dot(const int five, const uint8_t *qs, in
     }
 }
 
+/* Each token's part of K-quant block s: where its codes start, its per-32 scales (w_scale times its block scales)
+ * and the block's offsets (per 16 elements, lo and hi halves) times its per-16 sums. */
+AVX2 static ALWAYS_INLINE void k_tokens(size_t s, __m256 w_scale, __m256 off_lo, __m256 off_hi, const sy_qx_row *x,
+                                        const int nb, const int8_t **q, float (*scale)[8], __m256 *acc,
+                                        __m256 *acc2) {
+    for (int t = 0; t < nb; t++) {
+        q[t] = x[t].q + 256 * s;
+        _mm256_store_ps(scale[t], _mm256_mul_ps(w_scale, _mm256_loadu_ps(x[t].d + 8 * s)));
+        acc[t] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(x[t].s16 + 16 * s), acc[t]);
+        acc2[t] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(x[t].s16 + 16 * s + 8), acc2[t]);
+    }
+}
+
 AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, size_t n_super, const sy_qx_row *x,
                                            const int nb, float *out) {
     const size_t bytes = five ? 176 : 144;
@@ -184,12 +197,7 @@ AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, siz
         __m256 min_lo = _mm256_permutevar8x32_ps(neg_min, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
         __m256 min_hi = _mm256_permutevar8x32_ps(neg_min, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
         const int8_t *q[TILE];
-        for (int t = 0; t < nb; t++) {
-            q[t] = x[t].q + 256 * s;
-            _mm256_store_ps(scale[t], _mm256_mul_ps(dsc, _mm256_loadu_ps(x[t].d + 8 * s)));
-            acc[t] = _mm256_fmadd_ps(min_lo, _mm256_loadu_ps(x[t].s16 + 16 * s), acc[t]);
-            acc2[t] = _mm256_fmadd_ps(min_hi, _mm256_loadu_ps(x[t].s16 + 16 * s + 8), acc2[t]);
-        }
+        k_tokens(s, dsc, min_lo, min_hi, x, nb, q, scale, acc, acc2);
         const uint8_t *qs = w + (five ? 48 : 16);
         __m256i h = five ? sy_load32(w + 16) : _mm256_setzero_si256();
         k4_pair_dot(five, qs, 0, h, q, scale, nb, two_chains, acc, acc2);
@@ -291,14 +299,8 @@ AVX2 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n
             off_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8)), bias);
             off_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8))), bias);
         }
-        __m256 dv = _mm256_set1_ps(d);
         const int8_t *q[TILE];
-        for (int t = 0; t < nb; t++) {
-            q[t] = x[t].q + 256 * s;
-            _mm256_store_ps(scale[t], _mm256_mul_ps(dv, _mm256_loadu_ps(x[t].d + 8 * s)));
-            acc[t] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(x[t].s16 + 16 * s), acc[t]);
-            acc2[t] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(x[t].s16 + 16 * s + 8), acc2[t]);
-        }
+        k_tokens(s, _mm256_set1_ps(d), off_lo, off_hi, x, nb, q, scale, acc, acc2);
         k16_chunk_dot(type, w, 0, sc8, q, scale, nb, two_chains, acc, acc2);
         k16_chunk_dot(type, w, 1, sc8, q, scale, nb, two_chains, acc, acc2);
         k16_chunk_dot(type, w, 2, sc8, q, scale, nb, two_chains, acc, acc2);
