@@ -15,28 +15,13 @@
 #include "sy_kernels.h"
 #include "sy_kernels_internal.h"
 
+#define KERNEL_TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "kernel_test_util.h"
+
 /* ---- helpers ---- */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* uniform in [-1, 1) */
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) * 0x1p-53 * 2.0 - 1.0); }
 
 static void fill_random(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = rng_float() * scale;
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n == 0 ? 1 : n);
-    assert_non_null(p);
-    return p;
 }
 
 static float bits_to_f32(uint32_t u) {
@@ -49,24 +34,6 @@ static uint32_t f32_to_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-/* Tiers under test: the one SY_CPU_TIER forces (the test is skipped when this CPU lacks it), or every supported
- * one. */
-static int tiers_under_test(const sy_kernels **out) {
-    const char *forced = getenv("SY_CPU_TIER");
-    int n = 0;
-    sy_cpu_tier wanted;
-    if (forced != NULL && sy_cpu_tier_from_name(forced, &wanted)) {
-        if (!sy_cpu_tier_supported(wanted)) skip(); /* this CPU lacks the forced tier */
-        out[n++] = sy_kernels_for_tier(wanted);
-        return n;
-    }
-    for (int t = 0; t < SY_CPU_TIER_COUNT_; t++) {
-        const sy_kernels *k = sy_kernels_for_tier((sy_cpu_tier)t);
-        if (k != NULL) out[n++] = k;
-    }
-    return n;
 }
 
 static const sy_kernels *scalar(void) { return sy_kernels_for_tier(SY_CPU_TIER_SCALAR); }

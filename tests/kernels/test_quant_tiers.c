@@ -21,39 +21,8 @@
 #include "sy_kernels.h"
 #include "sy_kernels_internal.h"
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* uniform in [-1, 1) */
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) * 0x1p-53 * 2.0 - 1.0); }
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n == 0 ? 1 : n);
-    assert_non_null(p);
-    return p;
-}
-
-static int tiers_under_test(const sy_kernels **out) {
-    const char *forced = getenv("SY_CPU_TIER");
-    int n = 0;
-    sy_cpu_tier wanted;
-    if (forced != NULL && sy_cpu_tier_from_name(forced, &wanted)) {
-        if (!sy_cpu_tier_supported(wanted)) skip();
-        out[n++] = sy_kernels_for_tier(wanted);
-        return n;
-    }
-    for (int t = 0; t < SY_CPU_TIER_COUNT_; t++) {
-        const sy_kernels *k = sy_kernels_for_tier((sy_cpu_tier)t);
-        if (k != NULL) out[n++] = k;
-    }
-    return n;
-}
+#define KERNEL_TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "kernel_test_util.h"
 
 /* ---- weights ---- */
 
