@@ -18,6 +18,7 @@
 
 #include "gguf.h"
 #include "gguf_builder.h"
+#include "gguf_tokenizer_json.h"
 #include "qwen3_fixture.h"
 #include "gguf_vocab.h"
 
@@ -30,51 +31,11 @@ typedef struct fixture {
 
 /* tokenizer.json -> GGUF metadata (no tensors). */
 static void build_gguf(gguf_buf *b, const cJSON *tj, const char *pre) {
-    const cJSON *model = cJSON_GetObjectItem(tj, "model");
-    const cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItem(model, "merges");
-    const cJSON *added = cJSON_GetObjectItem(tj, "added_tokens");
-    int n = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, vocab) if (e->valueint + 1 > n) n = e->valueint + 1;
-    cJSON_ArrayForEach(e, added) if (cJSON_GetObjectItem(e, "id")->valueint + 1 > n) n =
-        cJSON_GetObjectItem(e, "id")->valueint + 1;
-    const char **text = calloc((size_t)n, sizeof *text);
-    int32_t *type = calloc((size_t)n, sizeof *type);
-    cJSON_ArrayForEach(e, vocab) {
-        text[e->valueint] = e->string;
-        type[e->valueint] = 1;
-    }
-    cJSON_ArrayForEach(e, added) {
-        int id = cJSON_GetObjectItem(e, "id")->valueint;
-        text[id] = cJSON_GetObjectItem(e, "content")->valuestring;
-        type[id] = cJSON_IsTrue(cJSON_GetObjectItem(e, "special")) ? 3 : 4;
-    }
-
     gb_header(b, 3, 0, 8);
-    gb_kv_str(b, "tokenizer.ggml.model", "gpt2");
-    gb_kv_str(b, "tokenizer.ggml.pre", pre);
-    gb_kv_array(b, "tokenizer.ggml.tokens", 8, (uint64_t)n);
-    for (int i = 0; i < n; i++) {
-        char pad[32];
-        snprintf(pad, sizeof pad, "[PAD%d]", i);
-        gb_str(b, text[i] ? text[i] : pad);
-    }
-    gb_kv_array(b, "tokenizer.ggml.token_type", 5, (uint64_t)n);
-    for (int i = 0; i < n; i++) gb_i32(b, type[i] ? type[i] : 5);
-    gb_kv_array(b, "tokenizer.ggml.merges", 8, (uint64_t)cJSON_GetArraySize(merges));
-    cJSON_ArrayForEach(e, merges) {
-        char line[1024];
-        if (cJSON_IsString(e)) snprintf(line, sizeof line, "%s", e->valuestring);
-        else snprintf(line, sizeof line, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring,
-                      cJSON_GetArrayItem(e, 1)->valuestring);
-        gb_str(b, line);
-    }
+    gb_tokenizer_json_kvs(b, tj, pre);
     gb_kv_u32(b, "tokenizer.ggml.bos_token_id", 151643);
     gb_kv_u32(b, "tokenizer.ggml.eos_token_id", 151645);
     gb_kv_bool(b, "tokenizer.ggml.add_bos_token", 0);
-    free(text);
-    free(type);
 }
 
 static int setup(void **state) {
