@@ -55,6 +55,30 @@ static inline void lct_close(void) {
     dlclose(lct_handle);
 }
 
+/* The exit status CTest reads as "skipped" (SKIP_RETURN_CODE). */
+#define LCT_SKIP 77
+
+/* Opens the plugin and loads `fixture` once (ctx_size 256) to see that a CUDA device takes it: 0 when it does (the
+ * plugin stays open), LCT_SKIP when there is no device (the plugin is closed again, a line says why), 1 on any
+ * other failure (a line says which). */
+static inline int lct_open_on_device(const char *fixture) {
+    if (lct_open() != 0) return 1;
+    sy_model *probe = NULL;
+    sy_option ctx = {"ctx_size", "256"};
+    sy_status st = lct_api->load(fixture, &ctx, 1, &probe);
+    if (st == SY_ERR_NO_DEVICE) {
+        printf("skipped: %s\n", lct_api->error_message());
+        lct_close();
+        return LCT_SKIP;
+    }
+    if (st != SY_OK) {
+        printf("load failed: %s\n", lct_api->error_message());
+        return 1;
+    }
+    lct_api->unload(probe);
+    return 0;
+}
+
 /* SY_SOURCE_DIR/rel */
 static inline const char *lct_source_path(const char *rel) {
     static char path[4][1024];

@@ -22,7 +22,6 @@
 
 #include "lfm2_cuda_test_util.h"
 
-#define SKIP_CODE 77
 #define V 512
 
 static const sy_engine_sampling_api *sampling;
@@ -354,21 +353,9 @@ static void test_synthetic_weights(void **state) {
 }
 
 int main(void) {
-    if (lct_open() != 0) return 1;
     fixture = lct_source_path("tests/fixtures/hf/lfm2-f32");
-    sy_model *probe = NULL;
-    sy_option ctx = {"ctx_size", "256"};
-    sy_status st = lct_api->load(fixture, &ctx, 1, &probe);
-    if (st == SY_ERR_NO_DEVICE) {
-        printf("skipped: %s\n", lct_api->error_message());
-        lct_close();
-        return SKIP_CODE;
-    }
-    if (st != SY_OK) {
-        printf("load failed: %s\n", lct_api->error_message());
-        return 1;
-    }
-    lct_api->unload(probe);
+    int ready = lct_open_on_device(fixture);
+    if (ready != 0) return ready;
     sampling = lct_entry->get_interface(SY_ENGINE_SAMPLING_INTERFACE_ID);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_transformers),      cmocka_unit_test(test_sampling_truncate_fork),

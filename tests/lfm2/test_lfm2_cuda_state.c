@@ -26,7 +26,6 @@
 #include "lfm2_cuda_test_util.h"
 #include "snapshot.h"
 
-#define SKIP_CODE 77
 #define V 512
 #define N_GEN 12
 
@@ -498,21 +497,9 @@ static void test_host_snapshot_file(void **state) {
 }
 
 int main(void) {
-    if (lct_open() != 0) return 1;
     fixture = lct_source_path("tests/fixtures/hf/lfm2-f32");
-    sy_model *probe = NULL;
-    sy_option ctx = {"ctx_size", "256"};
-    sy_status st = lct_api->load(fixture, &ctx, 1, &probe);
-    if (st == SY_ERR_NO_DEVICE) {
-        printf("skipped: %s\n", lct_api->error_message());
-        lct_close();
-        return SKIP_CODE;
-    }
-    if (st != SY_OK) {
-        printf("load failed: %s\n", lct_api->error_message());
-        return 1;
-    }
-    lct_api->unload(probe);
+    int ready = lct_open_on_device(fixture);
+    if (ready != 0) return ready;
     state_api = lct_entry->get_interface(SY_ENGINE_STATE_INTERFACE_ID);
     uint32_t seed = 11;
     for (int i = 0; i < NP; i++) {
