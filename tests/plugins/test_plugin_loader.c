@@ -149,34 +149,49 @@ static void bundled_test_engine_loads(void **state) {
     sy_plugin_registry_close(&reg);
 }
 
-/* A folder of links: test-engine.so, two fixture plugins under other file names, and a file that is no plugin;
- * reg opens it lazily. */
-static void open_lazy_dir(char *dir, size_t size, sy_plugin_registry *reg) {
-    snprintf(dir, size, "/tmp/sy-lazy-plugins-%ld", (long)getpid());
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && mkdir -p '%s' && ln -s '%s/plugins/test-engine.so' '%s/test-engine.so' && "
-             "ln -s '%s/tests/plugin-fixtures/dup-a.so' '%s/dup-a.so' && "
-             "ln -s '%s/tests/plugin-fixtures/old-minor.so' '%s/old-minor.so' && "
-             "ln -s '%s/tests/plugin-fixtures/not-elf.so' '%s/not-elf.so'",
-             dir, dir, build_dir(), dir, build_dir(), dir, build_dir(), dir, build_dir(), dir);
-    if (system(cmd) != 0) fail_msg("could not make %s", dir);
+/* A new folder (dir, 64 bytes) of symbolic links: links[i][0] is the link's name, links[i][1] its target under the
+ * build tree; NULL ends the list. */
+static void make_link_dir(char *dir, const char *const (*links)[2]) {
+    snprintf(dir, 64, "/tmp/sy-plugins-XXXXXX");
+    if (mkdtemp(dir) == NULL) fail_msg("mkdtemp failed");
+    for (; (*links)[0] != NULL; links++) {
+        char target[4096], link[4096];
+        snprintf(target, sizeof target, "%s/%s", build_dir(), (*links)[1]);
+        snprintf(link, sizeof link, "%s/%s", dir, (*links)[0]);
+        if (symlink(target, link) != 0) fail_msg("symlink %s", link);
+    }
+}
+
+/* Removes a folder make_link_dir made, with its links. */
+static void remove_link_dir(const char *dir, const char *const (*links)[2]) {
+    for (; (*links)[0] != NULL; links++) {
+        char link[4096];
+        snprintf(link, sizeof link, "%s/%s", dir, (*links)[0]);
+        unlink(link);
+    }
+    if (rmdir(dir) != 0) fail_msg("rmdir %s", dir);
+}
+
+/* test-engine.so, two fixture plugins under other file names, and a file that is no plugin. */
+static const char *const LAZY_LINKS[][2] = {{"test-engine.so", "plugins/test-engine.so"},
+                                            {"dup-a.so", "tests/plugin-fixtures/dup-a.so"},
+                                            {"old-minor.so", "tests/plugin-fixtures/old-minor.so"},
+                                            {"not-elf.so", "tests/plugin-fixtures/not-elf.so"},
+                                            {NULL, NULL}};
+
+/* The LAZY_LINKS folder, opened lazily into reg. */
+static void open_lazy_dir(char *dir, sy_plugin_registry *reg) {
+    make_link_dir(dir, LAZY_LINKS);
     char err[512] = "";
     memset(reg, 0, sizeof *reg);
     if (sy_plugin_registry_open_lazy(reg, dir, err, sizeof err) != 0) fail_msg("open_lazy %s: %s", dir, err);
 }
 
-static void remove_dir(const char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fail_msg("could not remove %s", dir);
-}
-
 static void lazy_registry_loads_a_plugin_when_first_named(void **state) {
     (void)state;
-    char dir[256], err[512] = "";
+    char dir[64], err[512] = "";
     sy_plugin_registry reg;
-    open_lazy_dir(dir, sizeof dir, &reg);
+    open_lazy_dir(dir, &reg);
     assert_true(sy_plugin_registry_is_lazy(&reg));
     assert_int_equal(reg.n_plugins, 0); /* nothing up front */
 
@@ -214,7 +229,7 @@ static void lazy_registry_loads_a_plugin_when_first_named(void **state) {
     assert_null(sy_plugin_registry_need(&eager, "test-engine"));
     sy_plugin_registry_need_all(&eager);
     assert_int_equal(eager.n_plugins, 0);
-    remove_dir(dir);
+    remove_link_dir(dir, LAZY_LINKS);
 }
 
 typedef struct lazy_worker {
@@ -238,9 +253,9 @@ static void *lazy_worker_main(void *arg) {
 
 static void lazy_registry_serves_threads_while_loading(void **state) {
     (void)state;
-    char dir[256];
+    char dir[64];
     sy_plugin_registry reg;
-    open_lazy_dir(dir, sizeof dir, &reg);
+    open_lazy_dir(dir, &reg);
     const char *names[] = {"test-engine", "fixture-dup", "fixture-old-minor", NULL};
     lazy_worker workers[4];
     pthread_t threads[4];
@@ -259,21 +274,19 @@ static void lazy_registry_serves_threads_while_loading(void **state) {
         for (int k = 0; k < 50; k++) assert_ptr_equal(workers[i].found[k], p);
     }
     sy_plugin_registry_close(&reg);
-    remove_dir(dir);
+    remove_link_dir(dir, LAZY_LINKS);
 }
 
 /* A model given without a plugin: a lazy registry loads the folder's files in name order and stops at the first
  * engine that accepts it, so the ones after it are never loaded. */
 static void lazy_probe_stops_at_the_first_engine_that_accepts(void **state) {
     (void)state;
-    char dir[256], cmd[8192], err[1024] = "", model[4096];
-    snprintf(dir, sizeof dir, "/tmp/sy-lazy-probe-%ld", (long)getpid());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && mkdir -p '%s' && ln -s '%s/plugins/test-engine.so' '%s/a-test-engine.so' && "
-             "ln -s '%s/tests/plugin-fixtures/dup-a.so' '%s/b-dup.so' && "
-             "ln -s '%s/tests/plugin-fixtures/not-elf.so' '%s/c-not-elf.so'",
-             dir, dir, build_dir(), dir, build_dir(), dir, build_dir(), dir);
-    if (system(cmd) != 0) fail_msg("could not make %s", dir);
+    static const char *const links[][2] = {{"a-test-engine.so", "plugins/test-engine.so"},
+                                           {"b-dup.so", "tests/plugin-fixtures/dup-a.so"},
+                                           {"c-not-elf.so", "tests/plugin-fixtures/not-elf.so"},
+                                           {NULL, NULL}};
+    char dir[64], err[1024] = "", model[4096];
+    make_link_dir(dir, links);
     const char *src = getenv("SY_SOURCE_DIR");
     snprintf(model, sizeof model, "%s/tests/fixtures/test-engine/alpha.model", src ? src : ".");
     sy_plugin_registry reg = {0};
@@ -290,7 +303,7 @@ static void lazy_probe_stops_at_the_first_engine_that_accepts(void **state) {
     assert_non_null(strstr(err, "test-engine"));
     assert_non_null(strstr(err, "fixture-dup"));
     sy_plugin_registry_close(&reg);
-    remove_dir(dir);
+    remove_link_dir(dir, links);
 }
 
 int main(void) {
