@@ -131,17 +131,6 @@ AVX2 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, siz
 
 /* ---- Q4_K, Q5_K: eight 32-element sub-blocks with 6-bit scale and min ---- */
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
-AVX2 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
-    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
-    uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-    uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-    __m128i v = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
-    *scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-    *mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-}
-
 /* Sub-blocks 2i and 2i + 1 (the low and high nibbles of 32 bytes) against every token; h holds Q5_K's fifth bits
  * shifted so that bits 0 and 1 of each byte are those of sub-blocks 2i and 2i + 1. */
 AVX2 static ALWAYS_INLINE void k4_pair_dot(const int five, const uint8_t *qs, int i, __m256i h, const int8_t *const *q,
@@ -190,7 +179,7 @@ AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, siz
     for (size_t s = 0; s < n_super; s++, w += bytes) {
         sy_prefetch_ahead(w, bytes);
         __m256 sc, mn;
-        k4_scales_mins(w + 4, &sc, &mn);
+        sy_k4_scales_mins(w + 4, &sc, &mn);
         __m256 dsc = _mm256_mul_ps(sc, _mm256_set1_ps(sy_f16_at(w)));
         __m256 neg_min = _mm256_mul_ps(mn, _mm256_set1_ps(-sy_f16_at(w + 2)));
         /* per 16-element group: sub-block j's min serves groups 2j and 2j + 1 */
@@ -209,15 +198,6 @@ AVX2 static ALWAYS_INLINE void row_q4k_q5k(const int five, const uint8_t *w, siz
 }
 
 /* ---- Q2_K, Q3_K, Q6_K: sixteen 16-element sub-blocks with an integer scale each ---- */
-
-/* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
-static inline __m128i q3k_scales(const uint8_t *s) {
-    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
-    uint32_t lo[4] = {w0 & 0x0f0f0f0fu, w1 & 0x0f0f0f0fu, (w0 >> 4) & 0x0f0f0f0fu, (w1 >> 4) & 0x0f0f0f0fu};
-    for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
-    __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
-    return _mm_sub_epi8(v, _mm_set1_epi8(32));
-}
 
 /* The unsigned codes of 32-element chunk c (0..7) of a block; all chunks of a block are asked for in order.
  * Q6_K: (ql & 15 or ql >> 4) | 2 high bits << 4, w = d * sc * (u - 32); Q3_K: 2 low bits | high bit << 2,
@@ -283,7 +263,7 @@ AVX2 static ALWAYS_INLINE void row_k16(sy_dtype type, const uint8_t *w, size_t n
             sc8 = _mm_loadu_si128((const __m128i *)(const void *)(w + 192));
         } else if (type == SY_DTYPE_Q3_K) {
             d = sy_f16_at(w + 108);
-            sc8 = q3k_scales(w + 96);
+            sc8 = sy_q3k_scales(w + 96);
         } else {
             d = sy_f16_at(w + 80);
             sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)w), _mm_set1_epi8(15));

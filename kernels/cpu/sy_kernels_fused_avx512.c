@@ -215,17 +215,6 @@ AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, s
 
 /* ---- K-quants: 256-element blocks, two per group ---- */
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
-AVX512 static ALWAYS_INLINE void k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
-    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
-    uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-    uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-    __m128i v = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
-    *scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-    *mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-}
-
 /* Q4_K/Q5_K sub-blocks 2i, 2i + 1 (elements 64i .. 64i + 63) of the block at b, in element order: low nibbles of
  * 32 bytes, then their high nibbles; Q5_K's fifth bits are bits 2i and 2i + 1 of qh. */
 AVX512 static ALWAYS_INLINE __m512i k4_codes(const int five, const uint8_t *b, int i) {
@@ -260,7 +249,7 @@ AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w,
             break;
         }
         const uint8_t *b = h ? b1 : b0;
-        k4_scales_mins(b + 4, &sc[h], &mn[h]);
+        sy_k4_scales_mins(b + 4, &sc[h], &mn[h]);
         dsc[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(sy_f16_at(b)));
         dmn[h] = _mm256_mul_ps(mn[h], _mm256_set1_ps(-sy_f16_at(b + 2)));
         for (int i = 0; i < 4; i++) v[4 * h + i] = k4_codes(five, b, i);
@@ -270,15 +259,6 @@ AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w,
     gs.min = join8(dmn[0], dmn[1]);
     transpose_blocks16(v);
     group_dot(v, &gs, 0, 0, 1, 0, gi, pair ? 16 : 8, x, nb, acc);
-}
-
-/* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
-static inline __m128i q3k_scales(const uint8_t *s) {
-    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
-    uint32_t lo[4] = {w0 & 0x0f0f0f0fu, w1 & 0x0f0f0f0fu, (w0 >> 4) & 0x0f0f0f0fu, (w1 >> 4) & 0x0f0f0f0fu};
-    for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
-    __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
-    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 /* The unsigned codes of elements 64i..64i+63 (chunks 2i and 2i + 1 of 32) of a Q2_K/Q3_K/Q6_K block, in order.
@@ -315,7 +295,7 @@ AVX512 static ALWAYS_INLINE void k16_scales(sy_dtype type, const uint8_t *w, __m
         *off = _mm512_mul_ps(mn, _mm512_set1_ps(-sy_f16_at(w + 82)));
     } else {
         int six = type == SY_DTYPE_Q6_K;
-        __m128i sc8 = six ? _mm_loadu_si128((const __m128i *)(const void *)(w + 192)) : q3k_scales(w + 96);
+        __m128i sc8 = six ? _mm_loadu_si128((const __m128i *)(const void *)(w + 192)) : sy_q3k_scales(w + 96);
         *dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
                              _mm512_set1_ps(sy_f16_at(w + (six ? 208 : 108))));
         *off = _mm512_mul_ps(*dsc, _mm512_set1_ps(six ? -32.0f : -4.0f));

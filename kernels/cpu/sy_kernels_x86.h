@@ -1,5 +1,6 @@
 /* Small helpers the x86 tiers share (sy_kernels_avx2.c, sy_kernels_fused_avx2.c, sy_kernels_fused_avx512.c).
- * They carry the AVX2 target, a subset of the AVX-512 tier's, so either tier's functions inline them. */
+ * They carry the AVX2 target, a subset of the AVX-512 tier's, so either tier's functions inline them; the K-quant
+ * scale decoders serve both fused tiers. */
 #ifndef SY_KERNELS_X86_H
 #define SY_KERNELS_X86_H
 
@@ -52,6 +53,26 @@ SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256i sy_bits_to_0x10(uint32_t bits) {
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
     v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE void sy_k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
+    uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    __m128i v = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+    *scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    *mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+}
+
+/* 16 signed 6-bit Q3_K scales (already minus 32) from its 12 scale bytes. */
+static inline __m128i sy_q3k_scales(const uint8_t *s) {
+    uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
+    uint32_t lo[4] = {w0 & 0x0f0f0f0fu, w1 & 0x0f0f0f0fu, (w0 >> 4) & 0x0f0f0f0fu, (w1 >> 4) & 0x0f0f0f0fu};
+    for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
+    __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 #endif
