@@ -31,14 +31,6 @@ static inline int chains(int nb) {
     return 2;
 }
 
-static inline int blocks32_bytes(sy_dtype type) {
-    return type == SY_DTYPE_Q4_0   ? 18
-           : type == SY_DTYPE_Q4_1 ? 20
-           : type == SY_DTYPE_Q5_0 ? 22
-           : type == SY_DTYPE_Q5_1 ? 24
-                                   : 34;
-}
-
 /* Lanes below count set (a maskload/gather mask). */
 AVX2 static ALWAYS_INLINE __m256i lanes_below(int count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -51,7 +43,7 @@ AVX2 static ALWAYS_INLINE __m256i lanes_below(int count) {
 AVX2 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t i0, const int count,
                                               const sy_qx_row *x, const int nb, __m256 (*acc)[TILE],
                                               __m256 *acc_off) {
-    const int bytes = blocks32_bytes(type);
+    const int bytes = sy_blocks32_bytes(type);
     const uint8_t *g = w + i0 * (size_t)bytes;
     sy_prefetch_ahead(g, 8 * (size_t)bytes);
     const __m256i at = _mm256_setr_epi32(0, bytes, 2 * bytes, 3 * bytes, 4 * bytes, 5 * bytes, 6 * bytes, 7 * bytes);

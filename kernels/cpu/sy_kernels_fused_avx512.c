@@ -137,14 +137,6 @@ AVX512 static ALWAYS_INLINE void group_dot(const __m512i v[8], const group_scale
  * The integer offsets (-8, -16; Q8_0's codes are biased by +128 to be unsigned) start the integer sums; Q4_1 and
  * Q5_1 add m * dx * sum(q) in floating point. */
 
-static inline int blocks32_bytes(sy_dtype type) {
-    return type == SY_DTYPE_Q4_0   ? 18
-           : type == SY_DTYPE_Q4_1 ? 20
-           : type == SY_DTYPE_Q5_0 ? 22
-           : type == SY_DTYPE_Q5_1 ? 24
-                                   : 34;
-}
-
 /* log2 of minus the weights' integer offset (w = d * (u - offset)); 0: none */
 static inline int blocks32_offset_shift(sy_dtype type) {
     return type == SY_DTYPE_Q4_0 ? 3 : type == SY_DTYPE_Q5_0 ? 4 : type == SY_DTYPE_Q8_0 ? 7 : 0;
@@ -176,7 +168,7 @@ AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t 
 /* Blocks 16 gi .. 16 gi + count - 1 (count 16, or fewer at the end of a row) of the row at w against every token. */
 AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t gi, const int count,
                                                 const sy_qx_row *x, const int nb, __m512 *acc) {
-    const int bytes = blocks32_bytes(type);
+    const int bytes = sy_blocks32_bytes(type);
     const uint8_t *g = w + gi * 16 * (size_t)bytes;
     sy_prefetch_ahead(g, 16 * (size_t)bytes);
     const __mmask16 live = (__mmask16)(count == 16 ? 0xffffu : (1u << count) - 1u);

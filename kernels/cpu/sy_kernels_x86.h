@@ -55,6 +55,15 @@ SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256i sy_bits_to_0x10(uint32_t bits) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* Bytes per block of the 32-element block types (sy_dtype_get()->block_bytes, as a constant the kernels fold). */
+static inline int sy_blocks32_bytes(sy_dtype type) {
+    return type == SY_DTYPE_Q4_0   ? 18
+           : type == SY_DTYPE_Q4_1 ? 20
+           : type == SY_DTYPE_Q5_0 ? 22
+           : type == SY_DTYPE_Q5_1 ? 24
+                                   : 34;
+}
+
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes, as floats. */
 SY_AVX2_TARGET static SY_ALWAYS_INLINE void sy_k4_scales_mins(const uint8_t *s, __m256 *scales, __m256 *mins) {
     uint32_t w0 = sy_u32_at(s), w1 = sy_u32_at(s + 4), w2 = sy_u32_at(s + 8);
