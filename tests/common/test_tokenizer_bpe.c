@@ -20,7 +20,7 @@
 #include "switchyard/engine.h"
 #include "qwen3_fixture.h"
 #include "tokenizer_bpe.h"
-#include "utf8_stream.h"
+#include "base/utf8.h"
 
 /* ---- helpers ------------------------------------------------------------------------------------------------ */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "config/config.h"
 
 #define CHECK(cond)                                                                                      \
     do {                                                                                                 \

@@ -16,7 +16,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "snapshot.h"
+#include "persist/snapshot.h"
 
 #define CHECK(cond)                                                                                                  \
     do {                                                                                                             \

@@ -1,6 +1,6 @@
 /*
  * Fuzz target: the byte-level BPE tokenizer.json loader, the tokenizer_config.json reader and the UTF-8 stream
- * (plugins/common/tokenizer_bpe.c, utf8_stream.c) on arbitrary bytes.
+ * (plugins/common/tokenizer_bpe.c, host/base/utf8.c) on arbitrary bytes.
  *
  * Beyond "no crash, no leak, no undefined behaviour, no hang" it checks their promises: a refusal is one
  * non-empty line; an accepted tokenizer encodes to ids that all name tokens, refuses invalid UTF-8, and
@@ -14,7 +14,7 @@
 
 #include "switchyard/engine.h"
 #include "tokenizer_bpe.h"
-#include "utf8_stream.h"
+#include "base/utf8.h"
 
 #define CHECK(cond)                                                                                      \
     do {                                                                                                 \

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "sy_kernels.h"

@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 
 #include "gguf_engine_util.h"
 

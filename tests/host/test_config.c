@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "config/config.h"
 
 /* Parse `text` as "cfg.ini" in the folder /base. */
 static sy_config *parse(const char *text) { return sy_config_load_string(text, strlen(text), "cfg.ini", "/base"); }

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "sampler.h"
+#include "engine/sampler.h"
 
 static sy_sampler_params plain(float temperature, uint64_t seed) {
     sy_sampler_params p = sy_sampler_defaults();

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "text_stream.h"
+#include "engine/text_stream.h"
 
 typedef struct sink_buf {
     char text[256];

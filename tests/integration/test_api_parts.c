@@ -8,10 +8,13 @@
 
 #include <cmocka.h>
 
-#include "api_common.h"
-#include "http_server.h"
-#include "metrics.h"
-#include "snapshot_store.h"
+#include "api/messages.h"
+#include "api/request.h"
+#include "base/buf.h"
+#include "base/utf8.h"
+#include "http/http_server.h"
+#include "api/metrics.h"
+#include "persist/snapshot_store.h"
 
 static void test_listen_address(void **state) {
     (void)state;

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 
 /* Template texts written for these tests in the style of the models' own Jinja templates: only their markers
  * and literals matter to the host. */

@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "lfm2_cuda_test_util.h"
-#include "snapshot.h"
+#include "persist/snapshot.h"
 
 #define V 512
 #define N_GEN 12

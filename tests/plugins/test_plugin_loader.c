@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "loaded_model.h"
-#include "plugin_loader.h"
+#include "plugins/loaded_model.h"
+#include "plugins/plugin_loader.h"
 
 static const char *build_dir(void) {
     const char *b = getenv("SY_BUILD_DIR");

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int serve_env_open(serve_env *env) {
     memset(env, 0, sizeof *env);

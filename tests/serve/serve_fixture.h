@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "loaded_model.h"
-#include "plugin_loader.h"
-#include "scheduler.h"
+#include "plugins/loaded_model.h"
+#include "plugins/plugin_loader.h"
+#include "engine/scheduler.h"
 
 typedef struct serve_env {
     char dir[128];             /* temp folder: plugins/ and model files */

@@ -21,11 +21,11 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "model_manager.h"
+#include "config/config.h"
+#include "manager/model_manager.h"
 #include "serve_fixture.h"
-#include "snapshot_store.h"
-#include "util.h"
+#include "persist/snapshot_store.h"
+#include "base/util.h"
 
 static serve_env env;
 

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "prefix_cache.h"
+#include "engine/prefix_cache.h"
 
 static void basic_matches(void **state) {
     (void)state;

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "serve_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static serve_env env;
 static char *model_path;

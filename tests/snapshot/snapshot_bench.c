@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "snapshot.h"
+#include "persist/snapshot.h"
 
 /* ---- a fake engine that serves a KV image from memory through the state extension ---------------------------- */
 

@@ -8,8 +8,8 @@
 #include <stdint.h>
 
 #include "serve_fixture.h"
-#include "snapshot.h"
-#include "snapshot_store.h"
+#include "persist/snapshot.h"
+#include "persist/snapshot_store.h"
 
 /* Deterministic pseudo-random byte tokens (0..255). malloc'd. */
 int32_t *snap_make_tokens(uint32_t seed, uint32_t n);

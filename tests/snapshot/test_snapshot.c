@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "snapshot_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static serve_env env;
 static char *model_path, *model_other_path, *recurrent_path;

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "snapshot_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static char dir[128];
 static sy_plugin_registry reg;

@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "snapshot_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static serve_env env;
 static char *model_path;

@@ -21,11 +21,11 @@
 
 #include <cmocka.h>
 
-#include "api_slots.h"
-#include "config.h"
-#include "model_manager.h"
+#include "api/slots.h"
+#include "config/config.h"
+#include "manager/model_manager.h"
 #include "snapshot_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static serve_env env;
 static char *model_path, *other_path, *recurrent_path, *slow_path;

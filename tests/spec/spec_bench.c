@@ -23,12 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_common.h"
-#include "loaded_model.h"
-#include "plugin_loader.h"
-#include "sampler.h"
-#include "speculative.h"
-#include "util.h"
+#include "cli/cli_common.h"
+#include "plugins/loaded_model.h"
+#include "plugins/plugin_loader.h"
+#include "engine/sampler.h"
+#include "engine/speculative.h"
+#include "base/util.h"
 
 typedef struct bench_opts {
     const char *plugin;

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* Log-probabilities of the same token may differ by this much between a row decoded alone and one decoded among
  * the k+1 rows of a verification (the matrix kernels tile batches differently). Tokens may not differ at all. */
@@ -167,7 +167,7 @@ void se_check_model(const spec_env *env, const se_model_case *c) {
     spec_batch *plain = se_run(lm, NULL, &w);
     printf("%s: %zu prompts, %u new tokens each, plain run %.1f s\n", c->label, w.n, (unsigned)c->max_tokens,
            sy_now_seconds() - t0);
-    assert_int_equal(sy_host_publish_model("se:target", lm), 0);
+    assert_int_equal(sy_loaded_model_publish("se:target", lm), 0);
 
     /* Prompt lookup: the repeated phrases and the models' own loops give it hits. */
     se_totals t = check_drafter(env, c, &w, plain, "ngram", "ngram", 8, 0.05);
@@ -183,7 +183,7 @@ void se_check_model(const spec_env *env, const se_model_case *c) {
     assert_true(t.drafted > w.n * 10);
     assert_true(t.accepted * 100 >= t.drafted * 99);
     if (c->other != NULL) {
-        assert_int_equal(sy_host_publish_model("se:other", c->other), 0);
+        assert_int_equal(sy_loaded_model_publish("se:other", c->other), 0);
         t = check_drafter(env, c, &w, plain, "model:se:other", "another model as drafter", 6, 0.05);
         assert_true(t.drafted > 0);
         assert_int_equal(sy_host_unpublish_model("se:other"), 0);

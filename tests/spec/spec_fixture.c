@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int spec_env_open(spec_env *env) {
     static const char *const names[] = {"test-engine", "spec-drafter"};

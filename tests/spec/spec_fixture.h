@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "loaded_model.h"
-#include "plugin_loader.h"
-#include "scheduler.h"
-#include "speculative.h"
+#include "plugins/loaded_model.h"
+#include "plugins/plugin_loader.h"
+#include "engine/scheduler.h"
+#include "engine/speculative.h"
 
 typedef struct spec_env {
     char dir[128]; /* temp folder: plugins/ and model files */

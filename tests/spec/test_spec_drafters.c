@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "spec_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static spec_env env;
 static const sy_drafter_api *api;
@@ -348,9 +348,9 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
     spec_open_model(&env, target_path, NULL, 0, &target);
     spec_open_model(&env, draft_path, NULL, 0, &draft);
     spec_open_model(&env, wide_path, NULL, 0, &wide);
-    assert_int_equal(sy_host_publish_model("t:target", &target), 0);
-    assert_int_equal(sy_host_publish_model("t:draft", &draft), 0);
-    assert_int_equal(sy_host_publish_model("t:wide", &wide), 0);
+    assert_int_equal(sy_loaded_model_publish("t:target", &target), 0);
+    assert_int_equal(sy_loaded_model_publish("t:draft", &draft), 0);
+    assert_int_equal(sy_loaded_model_publish("t:wide", &wide), 0);
     uint32_t n_vocab = target.info.n_vocab;
 
     sy_drafter *d = make("model:t:draft", "t:target", n_vocab, NULL, 0);
@@ -378,7 +378,7 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
     api->state_free(d, s);
     api->destroy(d);
     assert_int_equal(sy_host_unpublish_model("t:draft"), 0);
-    assert_int_equal(sy_host_publish_model("t:draft", &draft), 0);
+    assert_int_equal(sy_loaded_model_publish("t:draft", &draft), 0);
 
     /* Refusals say what differs. */
     sy_drafter *none = NULL;
@@ -393,7 +393,7 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
     liar_engine.token_to_bytes = liar_token_to_bytes;
     sy_loaded_model liar = target;
     liar.engine = &liar_engine;
-    assert_int_equal(sy_host_publish_model("t:liar", &liar), 0);
+    assert_int_equal(sy_loaded_model_publish("t:liar", &liar), 0);
     assert_int_equal(api->create("model:t:liar", "t:target", n_vocab, NULL, 0, &none), SY_ERR_UNSUPPORTED);
     const char *msg = api->error_message();
     assert_non_null(strstr(msg, "token 200"));

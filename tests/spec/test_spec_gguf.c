@@ -25,12 +25,12 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "spec_engines.h"
 #include "sy_kernels.h"
-#include "util.h"
+#include "base/util.h"
 
 #define N_PROMPTS 200
 #define MAX_TOKENS 24

@@ -14,9 +14,9 @@
 
 #include <cmocka.h>
 
-#include "model_manager.h"
+#include "manager/model_manager.h"
 #include "spec_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 static spec_env env;
 static char *target_path, *other_path, *recurrent_path;
@@ -184,8 +184,8 @@ static void model_drafter_greedy_equals_plain(void **state) {
     sy_loaded_model lm, other;
     spec_open_model(&env, target_path, NULL, 0, &lm);
     spec_open_model(&env, other_path, NULL, 0, &other);
-    assert_int_equal(sy_host_publish_model("g:target", &lm), 0);
-    assert_int_equal(sy_host_publish_model("g:other", &other), 0);
+    assert_int_equal(sy_loaded_model_publish("g:target", &lm), 0);
+    assert_int_equal(sy_loaded_model_publish("g:other", &other), 0);
     workload w = make_workload(60, 500, 40);
     spec_batch *plain = run(&lm, NULL, &w, NULL);
 
@@ -345,7 +345,7 @@ static void model_manager_starts_drafters_from_the_config(void **state) {
     }
     sy_model_manager_destroy(mm);
     /* Every name lent to a drafter was taken back. */
-    assert_int_equal(sy_host_publish_model("drafted#1", &lm), 0);
+    assert_int_equal(sy_loaded_model_publish("drafted#1", &lm), 0);
     assert_int_equal(sy_host_unpublish_model("drafted#1"), 0);
     spec_batch_free(plain);
     spec_batch_free(looked_up);

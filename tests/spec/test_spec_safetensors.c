@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "spec_engines.h"
-#include "util.h"
+#include "base/util.h"
 
 #define N_PROMPTS 200
 #define MAX_TOKENS 24

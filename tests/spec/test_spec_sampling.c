@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "spec_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 #define RUNS 20000
 #define BROKEN_RUNS 2000
@@ -37,7 +37,7 @@ static int group_setup(void **state) {
     char *path = spec_write_model(&env, "target.txt", "name=target\nseed=11\nn_ctx=512\neos_one_in=0");
     spec_open_model(&env, path, NULL, 0, &lm);
     free(path);
-    if (sy_host_publish_model("s:target", &lm) != 0) return -1;
+    if (sy_loaded_model_publish("s:target", &lm) != 0) return -1;
     prompt = spec_make_prompt(12, true, &n_prompt);
     if (n_prompt > 40) n_prompt = 40;
     return 0;

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "spec_fixture.h"
-#include "util.h"
+#include "base/util.h"
 
 #define V 40
 #define DRAWS 20000

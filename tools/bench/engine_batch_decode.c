@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loaded_model.h"
-#include "plugin_loader.h"
-#include "util.h"
+#include "plugins/loaded_model.h"
+#include "plugins/plugin_loader.h"
+#include "base/util.h"
 
 #define MAX_BATCH 8
 #define PROMPT_TOKENS 8

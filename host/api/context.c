@@ -1,0 +1,181 @@
+/* See context.h: config snapshots, API keys and the wiring of the route table to the HTTP transport. */
+#include "api/context.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api/routes.h"
+#include "base/util.h"
+
+typedef struct config_holder {
+    sy_config *cfg;
+    unsigned refs; /* held by requests; the current one is freed when replaced with no holder left */
+    struct config_holder *next;
+} config_holder;
+
+struct sy_api_context {
+    sy_server *server;
+    sy_model_manager *mm;
+    sy_metrics *metrics;
+    pthread_mutex_t lock;
+    config_holder *current;
+    config_holder *retired;
+};
+
+sy_api_context *sy_api_ctx(const sy_http_request *r) { return sy_http_app(r); }
+sy_model_manager *sy_api_manager(sy_api_context *c) { return c->mm; }
+sy_metrics *sy_api_context_metrics(sy_api_context *c) { return c->metrics; }
+sy_server *sy_api_server(sy_api_context *c) { return c->server; }
+bool sy_api_stopping(const sy_api_context *c) { return c->server == NULL || sy_server_stopping(c->server); }
+uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg) {
+    return sy_server_track(c->server, cancel, arg);
+}
+void sy_api_untrack(sy_api_context *c, uint64_t handle) { sy_server_untrack(c->server, handle); }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Config snapshots */
+
+const sy_config *sy_api_config_acquire(sy_api_context *c) {
+    pthread_mutex_lock(&c->lock);
+    config_holder *h = c->current;
+    if (h) h->refs++;
+    pthread_mutex_unlock(&c->lock);
+    return h ? h->cfg : NULL;
+}
+
+static void free_holder(config_holder *h) {
+    sy_config_free(h->cfg);
+    free(h);
+}
+
+void sy_api_config_release(sy_api_context *c, const sy_config *cfg) {
+    if (cfg == NULL) return;
+    config_holder *to_free = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->current && c->current->cfg == cfg) {
+        c->current->refs--;
+    } else {
+        for (config_holder **pp = &c->retired; *pp; pp = &(*pp)->next) {
+            if ((*pp)->cfg == cfg) {
+                if (--(*pp)->refs == 0) {
+                    to_free = *pp;
+                    *pp = to_free->next;
+                }
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (to_free) free_holder(to_free);
+}
+
+void sy_api_replace_config(sy_api_context *c, sy_config *cfg) {
+    config_holder *h = sy_xcalloc(1, sizeof *h);
+    h->cfg = cfg;
+    config_holder *old_free = NULL;
+    pthread_mutex_lock(&c->lock);
+    config_holder *old = c->current;
+    c->current = h;
+    if (old) {
+        if (old->refs == 0) {
+            old_free = old;
+        } else {
+            old->next = c->retired;
+            c->retired = old;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (old_free) free_holder(old_free);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * API keys */
+
+/* Constant-time comparison: the time depends on the lengths only, never on where the strings differ. */
+static bool equal_constant_time(const char *a, size_t a_len, const char *b, size_t b_len) {
+    size_t n = a_len > b_len ? a_len : b_len;
+    unsigned char diff = (unsigned char)(a_len != b_len);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ca = i < a_len ? (unsigned char)a[i] : 0;
+        unsigned char cb = i < b_len ? (unsigned char)b[i] : 0;
+        diff |= (unsigned char)(ca ^ cb);
+    }
+    return diff == 0;
+}
+
+/* 0 when authorised; else the reason in msg. */
+static int check_api_key(void *app, sy_http_request *r, char *msg, size_t msg_size) {
+    sy_api_context *c = app;
+    const sy_config *cfg = sy_api_config_acquire(c);
+    int rc = 0;
+    if (cfg != NULL && cfg->host.api_keys.count > 0) {
+        const char *auth = sy_http_header(r, "Authorization");
+        if (auth == NULL) {
+            snprintf(msg, msg_size, "an API key is required: send the header 'Authorization: Bearer KEY'");
+            rc = -1;
+        } else if (strncasecmp(auth, "Bearer ", 7) != 0) {
+            snprintf(msg, msg_size, "the Authorization header must be 'Bearer KEY'");
+            rc = -1;
+        } else {
+            const char *key = auth + 7;
+            while (*key == ' ') key++;
+            size_t key_len = strlen(key);
+            bool ok = false;
+            for (size_t i = 0; i < cfg->host.api_keys.count; i++) {
+                const char *k = cfg->host.api_keys.items[i];
+                /* Check every key, so the time does not tell which one matched. */
+                if (equal_constant_time(key, key_len, k, strlen(k))) ok = true;
+            }
+            if (!ok) {
+                snprintf(msg, msg_size, "the API key is not valid");
+                rc = -1;
+            }
+        }
+    }
+    sy_api_config_release(c, cfg);
+    return rc;
+}
+
+static void request_done(void *app, const char *label, int status) {
+    sy_metrics_request(((sy_api_context *)app)->metrics, label, status);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Start and stop */
+
+sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_model_manager *mm,
+                             sy_metrics *metrics, char *err, size_t err_size) {
+    sy_api_context *c = sy_xcalloc(1, sizeof *c);
+    c->mm = mm;
+    c->metrics = metrics;
+    pthread_mutex_init(&c->lock, NULL);
+    sy_api_replace_config(c, cfg);
+    sy_server_options o = opts ? *opts : (sy_server_options){0};
+    o.routes = sy_api_routes(&o.n_routes);
+    o.app = c;
+    o.authorize = check_api_key;
+    o.on_done = request_done;
+    c->server = sy_server_start(&o, err, err_size);
+    if (c->server == NULL) {
+        sy_api_stop(c);
+        return NULL;
+    }
+    return c;
+}
+
+void sy_api_stop(sy_api_context *c) {
+    if (c == NULL) return;
+    sy_server_stop(c->server);
+    c->server = NULL;
+    if (c->current) free_holder(c->current);
+    while (c->retired) {
+        config_holder *next = c->retired->next;
+        free_holder(c->retired);
+        c->retired = next;
+    }
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}

@@ -1,0 +1,42 @@
+/*
+ * What every API handler shares: the model manager, the metrics, the current configuration (held by each
+ * request until it ends, so a reload never frees a config in use), and the HTTP server they run in. The handlers
+ * find it through sy_api_ctx(request); sy_api_serve wires the route table of every API to the transport.
+ */
+#ifndef SY_HOST_API_CONTEXT_H
+#define SY_HOST_API_CONTEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api/metrics.h"
+#include "config/config.h"
+#include "http/http_server.h"
+#include "manager/model_manager.h"
+
+typedef struct sy_api_context sy_api_context;
+
+/* Start serving every API on opts->listen (the options' routes and hooks are filled in here). The context takes
+ * ownership of cfg (API keys and model aliases come from it) and borrows mm and metrics, which must outlive it.
+ * NULL with err set when the address cannot be bound. */
+sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_model_manager *mm,
+                             sy_metrics *metrics, char *err, size_t err_size);
+/* Stop the server (cancelling the generations in flight, waiting for every connection) and free everything. */
+void sy_api_stop(sy_api_context *c);
+/* Swap in a reloaded config (ownership passes); requests in progress keep the one they started with. */
+void sy_api_replace_config(sy_api_context *c, sy_config *cfg);
+sy_server *sy_api_server(sy_api_context *c);
+
+/* For handlers. */
+sy_api_context *sy_api_ctx(const sy_http_request *r);
+sy_model_manager *sy_api_manager(sy_api_context *c);
+sy_metrics *sy_api_context_metrics(sy_api_context *c);
+bool sy_api_stopping(const sy_api_context *c);
+/* The current config, held until released (a reload does not free it meanwhile). */
+const sy_config *sy_api_config_acquire(sy_api_context *c);
+void sy_api_config_release(sy_api_context *c, const sy_config *cfg);
+/* Work in flight that a stop must cancel (see sy_server_track). */
+uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg);
+void sy_api_untrack(sy_api_context *c, uint64_t handle);
+
+#endif

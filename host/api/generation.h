@@ -1,0 +1,64 @@
+/*
+ * One generation: its events, which the scheduler's engine thread hands over to the connection's thread, and
+ * streaming them as a response.
+ */
+#ifndef SY_HOST_API_GENERATION_H
+#define SY_HOST_API_GENERATION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "api/lease.h"
+#include "api/request.h"
+#include "engine/scheduler.h"
+
+/* ------------------------------------------------------------------------------------------------------------
+ * One generation. */
+typedef struct sy_api_event {
+    sy_gen_event_type type;
+    char *text; /* TEXT: the piece (NUL-terminated, text_len bytes) */
+    size_t text_len;
+    int32_t token;
+    double logprob;
+    sy_gen_logprob top[SY_GEN_MAX_TOP_LOGPROBS];
+    uint32_t n_top;
+    char finish_reason[16]; /* DONE */
+    sy_gen_usage usage;     /* DONE and ERROR */
+    char *message;          /* ERROR */
+    double time;            /* when the engine thread emitted it (sy_now_seconds) */
+    struct sy_api_event *next;
+} sy_api_event;
+
+typedef struct sy_api_gen sy_api_gen;
+
+/* Submit a tokenized prompt. On success the lease moves from m into the generation (m->lease becomes NULL). On
+ * failure (429 queue full, 400 prompt too long, 503 stopping) the caller keeps it. */
+sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t *prompt, size_t n_prompt,
+                             const sy_gen_params *params, sy_api_error *e);
+/* The next event, waiting for it. NULL when the client went away or the server is stopping (the generation is
+ * then cancelled). The caller frees the event. After the DONE or ERROR event no more come. */
+sy_api_event *sy_api_gen_next(sy_api_gen *g);
+void sy_api_event_free(sy_api_event *ev);
+/* Cancel if still running, wait for the end, release the generation and the lease, free. */
+void sy_api_gen_finish(sy_api_gen *g);
+const sy_loaded_model *sy_api_gen_model(const sy_api_gen *g);
+const char *sy_api_gen_model_name(const sy_api_gen *g);
+/* Unload the model once this generation ends (Ollama's keep_alive 0). */
+void sy_api_gen_unload_after(sy_api_gen *g);
+/* True when the generation was cancelled because the server is stopping. */
+bool sy_api_gen_server_stopping(const sy_api_gen *g);
+
+/* A streamed response of a generation: for every event, format() appends the bytes to send; the stream ends
+ * after the DONE or ERROR event. free_state(state) runs when the response is done with. On success the
+ * generation belongs to the stream. */
+typedef struct sy_api_stream_ops {
+    void (*format)(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out);
+    void (*free_state)(void *state);
+} sy_api_stream_ops;
+int sy_api_respond_stream(sy_http_request *r, const char *content_type, sy_api_gen *g,
+                          const sy_api_stream_ops *ops, void *state);
+
+#endif

@@ -1,0 +1,617 @@
+/* The Ollama-compatible API: /api/chat, /api/generate (NDJSON streaming by default), /api/tags, /api/show,
+ * /api/ps, /api/version. */
+#include "api/ollama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "api/admin.h"
+#include "api/context.h"
+#include "api/generation.h"
+#include "api/lease.h"
+#include "api/messages.h"
+#include "api/request.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#ifndef SY_VERSION
+#define SY_VERSION "0.0.0"
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Times and names */
+
+/* RFC 3339 in UTC with nanoseconds, as Ollama writes created_at. */
+static void rfc3339(char *out, size_t size, time_t sec, long nsec) {
+    struct tm tm;
+    if (gmtime_r(&sec, &tm) == NULL) {
+        snprintf(out, size, "1970-01-01T00:00:00Z");
+        return;
+    }
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (nsec > 0 && nsec < 1000000000L) snprintf(out, size, "%s.%09dZ", base, (int)nsec);
+    else snprintf(out, size, "%sZ", base);
+}
+
+static void now_rfc3339(char *out, size_t size) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    rfc3339(out, size, ts.tv_sec, ts.tv_nsec);
+}
+
+static double to_ns(double seconds) { return seconds > 0 && isfinite(seconds) ? floor(seconds * 1e9) : 0; }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * keep_alive: a Go duration ("5m", "1h30m", "300ms", "-1m"), a number of seconds as a string or a number;
+ * negative means forever. *seconds is -1 for forever. */
+static int parse_duration_string(const char *s, double *seconds) {
+    const char *p = s;
+    bool negative = false;
+    if (*p == '-' || *p == '+') negative = *p == '-', p++;
+    if (*p == '\0') return -1;
+    double total = 0;
+    bool any = false;
+    while (*p) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || v < 0) return -1;
+        p = end;
+        double unit;
+        if (*p == '\0') {
+            if (any) return -1; /* "5m3" */
+            unit = 1;           /* a bare number: seconds */
+        } else if (strncmp(p, "ns", 2) == 0) unit = 1e-9, p += 2;
+        else if (strncmp(p, "us", 2) == 0 || strncmp(p, "\xC2\xB5s", 3) == 0) unit = 1e-6, p += (*p == 'u' ? 2 : 3);
+        else if (strncmp(p, "ms", 2) == 0) unit = 1e-3, p += 2;
+        else if (*p == 's') unit = 1, p++;
+        else if (*p == 'm') unit = 60, p++;
+        else if (*p == 'h') unit = 3600, p++;
+        else return -1;
+        total += v * unit;
+        any = true;
+    }
+    *seconds = negative ? -total : total;
+    return 0;
+}
+
+/* The model's idle ttl a request asks for (sy_model_manager_set_ttl's units): SY_MODEL_TTL_CONFIGURED without
+ * keep_alive (Ollama falls back to its default, which the config's ttl stands for), SY_MODEL_TTL_FOREVER for a
+ * negative one, 0 to unload after the request, else whole seconds rounded up (so "300ms" keeps it for 1 s). */
+static int parse_keep_alive(const cJSON *body, int64_t *ttl, sy_api_error *e) {
+    *ttl = SY_MODEL_TTL_CONFIGURED;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "keep_alive");
+    if (v == NULL || cJSON_IsNull(v)) return 0;
+    double s;
+    if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) s = v->valuedouble;
+    else if (!cJSON_IsString(v) || parse_duration_string(v->valuestring, &s) != 0)
+        return sy_api_fail(e, 400, "invalid_value", "keep_alive",
+                           "keep_alive must be a duration such as \"5m\", \"1h\" or \"300s\", a number of seconds, or "
+                           "a negative value for forever");
+    if (s < 0 || !(s < (double)INT32_MAX)) *ttl = SY_MODEL_TTL_FOREVER; /* beyond 68 years is forever too */
+    else *ttl = (int64_t)ceil(s);
+    return 0;
+}
+
+/* Applies a request's keep_alive to the model it acquired. */
+static void apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl) {
+    if (sy_model_manager_set_ttl(sy_api_manager(sy_api_ctx(r)), model_name, ttl) != 0)
+        sy_log(SY_LOG_WARN, "ollama: keep_alive: model %s went away", model_name);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Options */
+
+static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
+    *p = sy_gen_params_defaults();
+    p->sampling.seed = sy_api_random_seed();
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(body, "options");
+    if (o == NULL || cJSON_IsNull(o)) return 0;
+    if (!cJSON_IsObject(o)) return sy_api_fail(e, 400, "invalid_type", "options", "options must be an object");
+    const char *pre = "options.";
+    bool present;
+    int64_t i;
+    double d;
+    if (sy_json_get_integer(o, pre, "num_predict", -2, INT32_MAX, &i, &present, e) != 0) return -1;
+    if (present) p->max_tokens = i <= 0 ? 0 : (uint32_t)i; /* -1 infinite, -2 fill the context */
+    if (sy_json_get_integer(o, pre, "num_ctx", 1, INT32_MAX, &i, &present, e) != 0) return -1;
+    if (present)
+        sy_log(SY_LOG_DEBUG, "ollama: options.num_ctx %lld accepted and ignored: the context is set when the "
+                             "model is loaded (its config)", (long long)i);
+    if (sy_json_get_number(o, pre, "temperature", 0, 100, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.temperature = (float)d;
+    if (sy_json_get_integer(o, pre, "top_k", 0, 1 << 20, &i, &present, e) != 0) return -1;
+    if (present) p->sampling.top_k = (uint32_t)i;
+    if (sy_json_get_number(o, pre, "top_p", 0, 1, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.top_p = (float)d;
+    if (sy_json_get_number(o, pre, "min_p", 0, 1, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.min_p = (float)d;
+    uint64_t seed;
+    if (sy_json_get_seed(o, pre, "seed", &seed, &present, e) != 0) return -1;
+    /* Ollama's seed -1 means random. */
+    if (present && seed != UINT64_MAX) p->sampling.seed = seed;
+    if (sy_json_get_stop(o, pre, "stop", p, e) != 0) return -1;
+    if (sy_json_get_bool(o, pre, "speculative", &p->speculative, NULL, e) != 0) return -1;
+    if (sy_json_get_number(o, pre, "repeat_penalty", 0.01, 100, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.repeat_penalty = (float)d;
+    if (sy_json_get_integer(o, pre, "repeat_last_n", -1, INT32_MAX, &i, &present, e) != 0) return -1;
+    if (present) p->sampling.penalty_last_n = i <= 0 ? 0 : (uint32_t)i;
+    if (sy_json_get_number(o, pre, "presence_penalty", -2, 2, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.presence_penalty = (float)d;
+    if (sy_json_get_number(o, pre, "frequency_penalty", -2, 2, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.frequency_penalty = (float)d;
+    return 0;
+}
+
+/* Features Ollama has that this server does not: refused by name. */
+static int refuse_unsupported(const cJSON *body, sy_api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "format");
+    if (v != NULL && !cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
+        return sy_api_fail(e, 400, "unsupported_parameter", "format", "format (JSON output) is not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "tools");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
+        return sy_api_fail(e, 400, "unsupported_parameter", "tools", "tools are not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "images");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
+        return sy_api_fail(e, 400, "unsupported_parameter", "images", "image inputs are not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
+    if (cJSON_IsString(v) && v->valuestring[0] != '\0')
+        return sy_api_fail(e, 400, "unsupported_parameter", "suffix", "suffix (fill-in-the-middle) is not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "template");
+    if (cJSON_IsString(v) && v->valuestring[0] != '\0')
+        return sy_api_fail(e, 400, "unsupported_parameter", "template",
+                           "template: custom Go templates are not supported (set chat_template in the config)");
+    v = cJSON_GetObjectItemCaseSensitive(body, "context");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
+        return sy_api_fail(e, 400, "unsupported_parameter", "context",
+                           "context (token history) is not supported; use /api/chat for conversations");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Responses */
+
+typedef struct ollama_request {
+    bool chat;
+    char model[SY_CONFIG_MAX_NAME_LEN + 1];
+    double t_request;
+    double load_seconds;
+} ollama_request;
+
+static cJSON *reply_object(const ollama_request *q, const char *text, bool done) {
+    cJSON *o = cJSON_CreateObject();
+    char created[48];
+    now_rfc3339(created, sizeof created);
+    cJSON_AddStringToObject(o, "model", q->model);
+    cJSON_AddStringToObject(o, "created_at", created);
+    if (q->chat) {
+        cJSON *m = cJSON_AddObjectToObject(o, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(o, "response", text);
+    }
+    cJSON_AddBoolToObject(o, "done", done);
+    return o;
+}
+
+static void add_final_fields(const ollama_request *q, cJSON *o, const sy_api_event *ev) {
+    cJSON_AddStringToObject(o, "done_reason", strcmp(ev->finish_reason, "length") == 0 ? "length" : "stop");
+    cJSON_AddNumberToObject(o, "total_duration", to_ns(ev->time - q->t_request));
+    cJSON_AddNumberToObject(o, "load_duration", to_ns(q->load_seconds));
+    cJSON_AddNumberToObject(o, "prompt_eval_count", ev->usage.prompt_tokens);
+    cJSON_AddNumberToObject(o, "prompt_eval_duration", to_ns(ev->usage.prompt_seconds));
+    cJSON_AddNumberToObject(o, "eval_count", ev->usage.completion_tokens);
+    cJSON_AddNumberToObject(o, "eval_duration", to_ns(ev->usage.generation_seconds));
+}
+
+static void ndjson_line(sy_buf *out, cJSON *json) {
+    char *text = cJSON_PrintUnformatted(json);
+    cJSON_Delete(json);
+    if (text == NULL) return;
+    sy_buf_puts(out, text);
+    sy_buf_puts(out, "\n");
+    cJSON_free(text);
+}
+
+static void ndjson_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
+    ollama_request *q = state;
+    if (ev->type == SY_GEN_EVENT_TEXT) {
+        if (ev->text_len > 0) ndjson_line(out, reply_object(q, ev->text, false));
+        return;
+    }
+    if (ev->type == SY_GEN_EVENT_ERROR ||
+        (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))) {
+        const char *msg = ev->type == SY_GEN_EVENT_ERROR ? ev->message : "the server is shutting down";
+        char safe[1024];
+        sy_utf8_sanitize(safe, sizeof safe, msg, strlen(msg));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "error", safe);
+        ndjson_line(out, o);
+        return;
+    }
+    cJSON *o = reply_object(q, "", true);
+    add_final_fields(q, o, ev);
+    ndjson_line(out, o);
+}
+
+static const sy_api_stream_ops ndjson_ops = {ndjson_format, free};
+
+static void respond_collected(sy_http_request *r, ollama_request *q, sy_api_gen *g) {
+    sy_buf text;
+    sy_buf_init(&text);
+    sy_api_event *ev;
+    while ((ev = sy_api_gen_next(g)) != NULL) {
+        if (ev->type == SY_GEN_EVENT_TEXT) {
+            sy_buf_append(&text, ev->text, ev->text_len);
+            sy_api_event_free(ev);
+            continue;
+        }
+        if (ev->type == SY_GEN_EVENT_ERROR) {
+            sy_http_respond_error(r, 500, NULL, NULL, "%s", ev->message);
+        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
+            sy_http_respond_error(r, 503, NULL, NULL, "the server is shutting down");
+        } else {
+            cJSON *o = reply_object(q, text.data ? text.data : "", true);
+            add_final_fields(q, o, ev);
+            sy_http_respond_json(r, 200, o);
+        }
+        sy_api_event_free(ev);
+        break;
+    }
+    if (ev == NULL) sy_http_respond_error(r, 499, "client_gone", NULL, "the client went away");
+    sy_buf_free(&text);
+}
+
+/* A request without a prompt loads the model (or, with keep_alive 0, unloads it), as Ollama does. */
+static void load_or_unload(sy_http_request *r, ollama_request *q, const char *model_name, int64_t keep_alive) {
+    bool unload = keep_alive == 0;
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    const char *reason;
+    if (unload) {
+        int n = sy_model_manager_unload(sy_api_manager(sy_api_ctx(r)), model_name);
+        if (n < 0) {
+            char shown[160];
+            sy_utf8_sanitize(shown, sizeof shown, model_name, strlen(model_name));
+            sy_http_respond_error(r, 404, "model_not_found", "model", "model '%s' not found", shown);
+            return;
+        }
+        reason = "unload";
+    } else {
+        sy_api_model m;
+        if (sy_api_acquire(r, model_name, &m, &e) != 0) {
+            sy_api_respond_error(r, &e);
+            return;
+        }
+        q->load_seconds = m.acquire_seconds;
+        apply_keep_alive(r, m.name, keep_alive);
+        sy_api_model_release(&m);
+        reason = "load";
+    }
+    cJSON *o = reply_object(q, "", true);
+    cJSON_AddStringToObject(o, "done_reason", reason);
+    sy_http_respond_json(r, 200, o);
+}
+
+static void ollama_generate(sy_http_request *r, bool chat) {
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    cJSON *body = NULL;
+    ollama_request *q = sy_xcalloc(1, sizeof *q);
+    q->chat = chat;
+    q->t_request = sy_http_start_time(r);
+    sy_api_messages messages;
+    memset(&messages, 0, sizeof messages);
+    sy_api_model m;
+    memset(&m, 0, sizeof m);
+    char *prompt_text = NULL;
+    int32_t *tokens = NULL;
+    size_t n_tokens = 0;
+    sy_gen_params params;
+    const char *model_name = NULL;
+    const char *prompt = NULL, *system = NULL;
+    bool stream = true, raw = false;
+    int64_t keep_alive = SY_MODEL_TTL_CONFIGURED;
+    sy_api_gen *g = NULL;
+
+    if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
+    if (sy_json_get_string(body, NULL, "model", &model_name, NULL, &e) != 0) goto fail;
+    if (model_name == NULL && sy_json_get_string(body, NULL, "name", &model_name, NULL, &e) != 0) goto fail;
+    if (model_name == NULL || model_name[0] == '\0') {
+        sy_api_fail(&e, 400, "missing_model", "model", "model is required");
+        goto fail;
+    }
+    snprintf(q->model, sizeof q->model, "%s", model_name);
+    if (refuse_unsupported(body, &e) != 0) goto fail;
+    if (sy_json_get_bool(body, NULL, "stream", &stream, NULL, &e) != 0) goto fail;
+    if (parse_keep_alive(body, &keep_alive, &e) != 0) goto fail;
+    if (parse_options(body, &params, &e) != 0) goto fail;
+    bool unload_now = keep_alive == 0;
+
+    bool empty;
+    if (chat) {
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+        if (msgs != NULL && !cJSON_IsNull(msgs) && sy_api_parse_messages(msgs, "messages", &messages, &e) != 0)
+            goto fail;
+        empty = messages.n == 0;
+    } else {
+        if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, &e) != 0) goto fail;
+        if (sy_json_get_string(body, NULL, "system", &system, NULL, &e) != 0) goto fail;
+        if (sy_json_get_bool(body, NULL, "raw", &raw, NULL, &e) != 0) goto fail;
+        empty = prompt == NULL || prompt[0] == '\0';
+    }
+    if (empty) {
+        load_or_unload(r, q, model_name, keep_alive);
+        cJSON_Delete(body);
+        sy_api_messages_free(&messages);
+        free(q);
+        return;
+    }
+
+    if (sy_api_acquire(r, model_name, &m, &e) != 0) goto fail;
+    q->load_seconds = m.acquire_seconds;
+    apply_keep_alive(r, m.name, keep_alive);
+    if (chat) {
+        size_t len = 0;
+        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
+        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+    } else if (raw) {
+        tokens = sy_api_tokenize_prompt(&m, prompt, strlen(prompt), false, &n_tokens, &e);
+    } else {
+        sy_chat_message turn[2];
+        size_t n = 0;
+        if (system != NULL && system[0] != '\0') turn[n++] = (sy_chat_message){"system", system, strlen(system)};
+        turn[n++] = (sy_chat_message){"user", prompt, strlen(prompt)};
+        size_t len = 0;
+        if (sy_api_render_chat(r, &m, turn, n, true, &prompt_text, &len, &e) != 0) goto fail;
+        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+    }
+    if (tokens == NULL) goto fail;
+
+    g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
+    if (g == NULL) goto fail;
+    if (unload_now) sy_api_gen_unload_after(g);
+    free(tokens);
+    free(prompt_text);
+    sy_api_messages_free(&messages);
+    cJSON_Delete(body);
+    if (stream) {
+        sy_api_respond_stream(r, "application/x-ndjson", g, &ndjson_ops, q);
+        return;
+    }
+    respond_collected(r, q, g);
+    sy_api_gen_finish(g);
+    free(q);
+    return;
+
+fail:
+    sy_api_respond_error(r, &e);
+    sy_api_model_release(&m);
+    free(tokens);
+    free(prompt_text);
+    sy_api_messages_free(&messages);
+    cJSON_Delete(body);
+    free(q);
+}
+
+void sy_api_ollama_chat(sy_http_request *r) { ollama_generate(r, true); }
+void sy_api_ollama_generate(sy_http_request *r) { ollama_generate(r, false); }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Model listings */
+
+typedef struct file_facts {
+    uint64_t size;
+    time_t mtime;
+    char digest[40];
+    const char *format;
+} file_facts;
+
+static void facts_of(const sy_config_model *cm, file_facts *f) {
+    memset(f, 0, sizeof *f);
+    struct stat st;
+    const char *path = cm->path ? cm->path : "";
+    if (stat(path, &st) == 0) {
+        f->size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+        f->mtime = st.st_mtime;
+    }
+    size_t n = strlen(path);
+    f->format = (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) ? "gguf" : (cm->plugin ? cm->plugin : "");
+    /* Not a content hash (that would read the whole file): an identity of the path, size and time. */
+    char key[SY_CONFIG_MAX_PATH_LEN + 64];
+    int k = snprintf(key, sizeof key, "%s|%llu|%lld", path, (unsigned long long)f->size, (long long)f->mtime);
+    XXH128_hash_t h = XXH3_128bits(key, k > 0 ? (size_t)k < sizeof key ? (size_t)k : sizeof key - 1 : 0);
+    snprintf(f->digest, sizeof f->digest, "%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+}
+
+static cJSON *details_json(const file_facts *f, const sy_loaded_model *lm) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "parent_model", "");
+    cJSON_AddStringToObject(d, "format", f->format);
+    const char *arch = lm && lm->info.architecture ? lm->info.architecture : "";
+    cJSON_AddStringToObject(d, "family", arch);
+    cJSON *families = cJSON_AddArrayToObject(d, "families");
+    if (arch[0]) cJSON_AddItemToArray(families, cJSON_CreateString(arch));
+    char params[32] = "";
+    if (lm && lm->info.n_params > 0) {
+        double p = (double)lm->info.n_params;
+        if (p >= 1e9) snprintf(params, sizeof params, "%.1fB", p / 1e9);
+        else if (p >= 1e6) snprintf(params, sizeof params, "%.0fM", p / 1e6);
+        else snprintf(params, sizeof params, "%.0fK", p / 1e3);
+    }
+    cJSON_AddStringToObject(d, "parameter_size", params);
+    cJSON_AddStringToObject(d, "quantization_level",
+                            lm && lm->info.weight_dtype ? lm->info.weight_dtype : "");
+    return d;
+}
+
+static cJSON *tag_object(const sy_config_model *cm) {
+    file_facts f;
+    facts_of(cm, &f);
+    cJSON *o = cJSON_CreateObject();
+    char when[48];
+    rfc3339(when, sizeof when, f.mtime, 0);
+    cJSON_AddStringToObject(o, "name", cm->name);
+    cJSON_AddStringToObject(o, "model", cm->name);
+    cJSON_AddStringToObject(o, "modified_at", when);
+    cJSON_AddNumberToObject(o, "size", (double)f.size);
+    cJSON_AddStringToObject(o, "digest", f.digest);
+    cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+    return o;
+}
+
+void sy_api_ollama_tags(sy_http_request *r) {
+    sy_api_context *srv = sy_api_ctx(r);
+    const sy_config *cfg = sy_api_config_acquire(srv);
+    cJSON *json = cJSON_CreateObject();
+    cJSON *models = cJSON_AddArrayToObject(json, "models");
+    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(models, tag_object(&cfg->models[i]));
+    sy_api_config_release(srv, cfg);
+    sy_http_respond_json(r, 200, json);
+}
+
+/* The manager's state of one model by canonical name. */
+static sy_model_state state_of(sy_model_manager *mm, const char *name, sy_model_status *out) {
+    size_t cap = 16;
+    for (;;) {
+        sy_model_status *st = sy_xcalloc(cap, sizeof *st);
+        size_t total = sy_model_manager_status(mm, st, cap);
+        if (total <= cap) {
+            sy_model_state s = SY_MODEL_UNLOADED;
+            for (size_t i = 0; i < total; i++) {
+                if (st[i].name && strcmp(st[i].name, name) == 0) {
+                    s = st[i].state;
+                    if (out) *out = st[i];
+                    break;
+                }
+            }
+            free(st);
+            return s;
+        }
+        free(st);
+        cap = total;
+    }
+}
+
+void sy_api_ollama_show(sy_http_request *r) {
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    cJSON *body = NULL;
+    const char *name = NULL;
+    if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
+    if (sy_json_get_string(body, NULL, "model", &name, NULL, &e) != 0) goto fail;
+    if (name == NULL && sy_json_get_string(body, NULL, "name", &name, NULL, &e) != 0) goto fail;
+    if (name == NULL || name[0] == '\0') {
+        sy_api_fail(&e, 400, "missing_model", "model", "model is required");
+        goto fail;
+    }
+    sy_api_context *srv = sy_api_ctx(r);
+    const sy_config *cfg = sy_api_config_acquire(srv);
+    const sy_config_model *cm = cfg ? sy_config_find_model(cfg, name) : NULL;
+    if (cm == NULL) {
+        sy_api_config_release(srv, cfg);
+        char shown[160];
+        sy_utf8_sanitize(shown, sizeof shown, name, strlen(name));
+        sy_api_fail(&e, 404, "model_not_found", "model", "model '%s' not found", shown);
+        goto fail;
+    }
+    file_facts f;
+    facts_of(cm, &f);
+    cJSON *json = cJSON_CreateObject();
+    sy_buf modelfile;
+    sy_buf_init(&modelfile);
+    sy_buf_printf(&modelfile, "# switchyard model %s (plugin %s)\nFROM %s\n", cm->name, cm->plugin ? cm->plugin : "",
+                  cm->path ? cm->path : "");
+    char *mf = sy_buf_take(&modelfile);
+    cJSON_AddStringToObject(json, "modelfile", mf);
+    free(mf);
+    cJSON_AddStringToObject(json, "parameters", "");
+    char when[48];
+    rfc3339(when, sizeof when, f.mtime, 0);
+    cJSON_AddStringToObject(json, "modified_at", when);
+    cJSON *caps = cJSON_AddArrayToObject(json, "capabilities");
+    cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
+
+    /* Facts that need the engine are shown only when the model is loaded: showing must not load (and swap). */
+    sy_api_model m;
+    memset(&m, 0, sizeof m);
+    bool loaded = state_of(sy_api_manager(srv), cm->name, NULL) == SY_MODEL_READY &&
+                  sy_api_acquire(r, cm->name, &m, &e) == 0;
+    sy_api_config_release(srv, cfg);
+    const sy_loaded_model *lm = loaded ? m.lm : NULL;
+    cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
+    cJSON_AddItemToObject(json, "details", details_json(&f, lm));
+    cJSON *info = cJSON_AddObjectToObject(json, "model_info");
+    if (lm) {
+        const char *arch = lm->info.architecture ? lm->info.architecture : "";
+        char key[128];
+        cJSON_AddStringToObject(info, "general.architecture", arch);
+        cJSON_AddStringToObject(info, "general.name", lm->info.name ? lm->info.name : "");
+        cJSON_AddNumberToObject(info, "general.parameter_count", (double)lm->info.n_params);
+        snprintf(key, sizeof key, "%.64s.context_length", arch);
+        cJSON_AddNumberToObject(info, key, lm->info.n_ctx_train);
+        snprintf(key, sizeof key, "%.64s.embedding_length", arch);
+        cJSON_AddNumberToObject(info, key, lm->info.n_embd);
+        snprintf(key, sizeof key, "%.64s.block_count", arch);
+        cJSON_AddNumberToObject(info, key, lm->info.n_layer);
+        cJSON_AddNumberToObject(info, "switchyard.context_length", lm->info.n_ctx);
+        cJSON_AddStringToObject(info, "switchyard.fingerprint", lm->info.fingerprint ? lm->info.fingerprint : "");
+        cJSON_AddNumberToObject(info, "tokenizer.vocab_size", lm->info.n_vocab);
+    }
+    sy_api_model_release(&m);
+    cJSON_Delete(body);
+    sy_http_respond_json(r, 200, json);
+    return;
+fail:
+    cJSON_Delete(body);
+    sy_api_respond_error(r, &e);
+}
+
+void sy_api_ollama_ps(sy_http_request *r) {
+    sy_api_context *srv = sy_api_ctx(r);
+    sy_model_manager *mm = sy_api_manager(srv);
+    const sy_config *cfg = sy_api_config_acquire(srv);
+    cJSON *json = cJSON_CreateObject();
+    cJSON *models = cJSON_AddArrayToObject(json, "models");
+    for (size_t i = 0; cfg && i < cfg->n_models; i++) {
+        const sy_config_model *cm = &cfg->models[i];
+        sy_model_status st;
+        memset(&st, 0, sizeof st);
+        if (state_of(mm, cm->name, &st) != SY_MODEL_READY) continue;
+        file_facts f;
+        facts_of(cm, &f);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", cm->name);
+        cJSON_AddStringToObject(o, "model", cm->name);
+        cJSON_AddNumberToObject(o, "size", (double)st.memory_bytes);
+        cJSON_AddStringToObject(o, "digest", f.digest);
+        cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+        char expires[48];
+        if (st.ttl_in_effect_s < 0) {
+            snprintf(expires, sizeof expires, "9999-12-31T23:59:59Z");
+        } else {
+            double left = (double)st.ttl_in_effect_s - st.idle_seconds;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            rfc3339(expires, sizeof expires, ts.tv_sec + (time_t)(left > 0 ? left : 0), 0);
+        }
+        cJSON_AddStringToObject(o, "expires_at", expires);
+        cJSON_AddNumberToObject(o, "size_vram", 0);
+        cJSON_AddItemToArray(models, o);
+    }
+    sy_api_config_release(srv, cfg);
+    sy_http_respond_json(r, 200, json);
+}
+
+void sy_api_ollama_version(sy_http_request *r) {
+    cJSON *json = cJSON_CreateObject();
+    cJSON_AddStringToObject(json, "version", SY_VERSION);
+    sy_http_respond_json(r, 200, json);
+}

@@ -1,0 +1,22 @@
+/*
+ * Ollama's API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version.
+ */
+#ifndef SY_HOST_API_OLLAMA_H
+#define SY_HOST_API_OLLAMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "http/http_server.h"
+
+void sy_api_ollama_chat(sy_http_request *r);
+void sy_api_ollama_generate(sy_http_request *r);
+void sy_api_ollama_tags(sy_http_request *r);
+void sy_api_ollama_show(sy_http_request *r);
+void sy_api_ollama_ps(sy_http_request *r);
+void sy_api_ollama_version(sy_http_request *r);
+
+#endif

@@ -1,0 +1,37 @@
+/* See routes.h. The labels are what /metrics reports per endpoint. */
+#include "api/routes.h"
+
+#include "api/admin.h"
+#include "api/ollama.h"
+#include "api/openai.h"
+#include "api/slots.h"
+
+enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
+#define OPENAI SY_API_STYLE_OPENAI
+#define OLLAMA SY_API_STYLE_OLLAMA
+
+static const sy_http_route routes[] = {
+    {GET, "/", false, "/", OPENAI, true, sy_api_root},
+    {GET, "/health", false, "/health", OPENAI, true, sy_api_health},
+    {GET, "/running", false, "/running", OPENAI, false, sy_api_running},
+    {GET | POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload},
+    {GET | POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload},
+    {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics},
+    {GET, "/v1/models", false, "/v1/models", OPENAI, false, sy_api_openai_models},
+    {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
+    {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
+    {POST, "/v1/completions", false, "/v1/completions", OPENAI, false, sy_api_openai_completions},
+    {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
+    {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
+    {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},
+    {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show},
+    {GET, "/api/ps", false, "/api/ps", OLLAMA, false, sy_api_ollama_ps},
+    {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
+    {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
+    {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
+};
+
+const sy_http_route *sy_api_routes(size_t *n) {
+    *n = sizeof routes / sizeof *routes;
+    return routes;
+}

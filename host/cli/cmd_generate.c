@@ -1,0 +1,429 @@
+/* switchyard generate: load one model, prefill the prompt, sample until an end token or --max-new, streaming
+ * text to stdout as it comes. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "plugins/engine_options.h"
+#include "plugins/loaded_model.h"
+#include "engine/sampler.h"
+#include "engine/speculative.h"
+#include "engine/text_stream.h"
+#include "base/util.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: switchyard generate --plugin P --model PATH [options] [PROMPT]\n\n"
+            "Generates a continuation of PROMPT (empty: from the beginning-of-sequence token alone) and streams it\n"
+            "to stdout. Sampling happens in the host and is reproducible for a given --seed.\n\n"
+            "model:\n"
+            "  --plugin P            engine plugin (default: the first whose probe accepts the model)\n"
+            "  --model PATH          model file or directory\n"
+            "  --gguf FILE           same as --model FILE (with --plugin gguf-quant unless --plugin is given)\n"
+            "  --plugin-dir DIR      where plugins are (default: beside the executable)\n"
+            "generation:\n"
+            "  -n, --max-new N       most tokens to generate (default 256)\n"
+            "  --temp T              temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k K             (default 40; 0 = off)\n"
+            "  --top-p P             (default 0.95; 1 = off)\n"
+            "  --min-p P             (default 0.05; 0 = off)\n"
+            "  --repeat-penalty R    (default 1 = off)\n"
+            "  --seed S              (default 0)\n"
+            "  --no-bos              do not add the model's beginning-of-sequence token\n"
+            "  --special             print control tokens as text\n"
+            "  --stats               print token counts and speeds to stderr at the end\n"
+            "speculative decoding (the output is what it would be without):\n"
+            "  --draft SPEC          ngram (prompt lookup), model:PATH (a small model with the same tokenizer),\n"
+            "                        replay:FILE:PCT (benchmarks: a known continuation, PCT%% corrupted)\n"
+            "  --draft-max N         most tokens drafted per step (default 16)\n"
+            "engine options (passed to the plugin):\n");
+    sy_engine_options_usage(out);
+    fprintf(out, "  -h, --help            this text\n");
+}
+
+enum {
+    OPT_PLUGIN = 1000, OPT_MODEL, OPT_GGUF, OPT_PLUGIN_DIR, OPT_CONFIG, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
+    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL, OPT_DRAFT, OPT_DRAFT_MAX
+};
+
+/* Names under which `generate` lends its models to a model drafter (host->acquire_engine). */
+#define GENERATE_TARGET_NAME "generate:target"
+#define GENERATE_DRAFT_NAME "generate:draft"
+
+static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                         const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
+                         sy_speculator *spec);
+
+int sy_cmd_generate(int argc, char **argv) {
+    struct option options[64];
+    static const struct option own[] = {
+        {"plugin", required_argument, NULL, OPT_PLUGIN},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"gguf", required_argument, NULL, OPT_GGUF},
+        {"plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR},
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"max-new", required_argument, NULL, 'n'},
+        {"temp", required_argument, NULL, OPT_TEMP},
+        {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"top-p", required_argument, NULL, OPT_TOP_P},
+        {"min-p", required_argument, NULL, OPT_MIN_P},
+        {"repeat-penalty", required_argument, NULL, OPT_REPEAT},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"no-bos", no_argument, NULL, OPT_NO_BOS},
+        {"special", no_argument, NULL, OPT_SPECIAL},
+        {"stats", no_argument, NULL, OPT_STATS},
+        {"draft", required_argument, NULL, OPT_DRAFT},
+        {"draft-max", required_argument, NULL, OPT_DRAFT_MAX},
+        {"help", no_argument, NULL, 'h'},
+    };
+    size_t n_own = sizeof own / sizeof *own;
+    memcpy(options, own, sizeof own);
+    size_t n_all = n_own + sy_engine_options_getopt(options + n_own, sizeof options / sizeof *options - n_own - 1);
+    memset(&options[n_all], 0, sizeof options[n_all]);
+
+    const char *plugin = NULL, *model_path = NULL, *plugin_dir = NULL, *draft = NULL;
+    sy_speculator_options spec_opts = sy_speculator_defaults();
+    int gguf_spelling = 0, add_bos = 1, show_special = 0, stats = 0;
+    int64_t max_new = 256;
+    sy_sampler_params sp = sy_sampler_defaults();
+    sy_engine_options eo;
+    sy_engine_options_init(&eo);
+    double d;
+    uint64_t u;
+    int c, status = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:o:h", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_PLUGIN: plugin = optarg; break;
+        case OPT_MODEL: model_path = optarg; break;
+        case OPT_GGUF: model_path = optarg; gguf_spelling = 1; break;
+        case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
+        case OPT_CONFIG: break;
+        case 'n':
+            if (sy_parse_i64(optarg, 0, 1 << 24, &max_new) != 0) {
+                sy_cli_error("generate", "--max-new: '%s' is not a count from 0 to 16777216", optarg);
+                goto done;
+            }
+            break;
+        case OPT_TEMP:
+            if (sy_parse_double(optarg, 0, 100, &d) != 0) {
+                sy_cli_error("generate", "--temp: '%s' is not a number from 0 to 100", optarg);
+                goto done;
+            }
+            sp.temperature = (float)d;
+            break;
+        case OPT_TOP_K:
+            if (sy_parse_u64(optarg, UINT32_MAX, &u) != 0) {
+                sy_cli_error("generate", "--top-k: '%s' is not a count", optarg);
+                goto done;
+            }
+            sp.top_k = (uint32_t)u;
+            break;
+        case OPT_TOP_P:
+            if (sy_parse_double(optarg, 0, 1, &d) != 0) {
+                sy_cli_error("generate", "--top-p: '%s' is not a number from 0 to 1", optarg);
+                goto done;
+            }
+            sp.top_p = (float)d;
+            break;
+        case OPT_MIN_P:
+            if (sy_parse_double(optarg, 0, 1, &d) != 0) {
+                sy_cli_error("generate", "--min-p: '%s' is not a number from 0 to 1", optarg);
+                goto done;
+            }
+            sp.min_p = (float)d;
+            break;
+        case OPT_REPEAT:
+            if (sy_parse_double(optarg, 0.01, 100, &d) != 0) {
+                sy_cli_error("generate", "--repeat-penalty: '%s' is not a number from 0.01 to 100", optarg);
+                goto done;
+            }
+            sp.repeat_penalty = (float)d;
+            break;
+        case OPT_SEED:
+            if (sy_parse_u64(optarg, UINT64_MAX, &u) != 0) {
+                sy_cli_error("generate", "--seed: '%s' is not a non-negative integer", optarg);
+                goto done;
+            }
+            sp.seed = u;
+            break;
+        case OPT_NO_BOS: add_bos = 0; break;
+        case OPT_SPECIAL: show_special = 1; break;
+        case OPT_STATS: stats = 1; break;
+        case OPT_DRAFT:
+            if (optarg[0] == '\0') {
+                sy_cli_error("generate", "--draft: give ngram, model:PATH or replay:FILE:PCT");
+                goto done;
+            }
+            draft = optarg;
+            break;
+        case OPT_DRAFT_MAX:
+            if (sy_parse_u64(optarg, SY_SPEC_MAX_DRAFT, &u) != 0 || u == 0) {
+                sy_cli_error("generate", "--draft-max: '%s' is not a count from 1 to %u", optarg,
+                             (unsigned)SY_SPEC_MAX_DRAFT);
+                goto done;
+            }
+            spec_opts.draft_max = (uint32_t)u;
+            break;
+        case 'h': usage(stdout); status = 0; goto done;
+        default: {
+            int st = sy_cli_engine_option("generate", &eo, c, optarg, usage);
+            if (st != 0) {
+                status = st;
+                goto done;
+            }
+        }
+        }
+    }
+    if (model_path == NULL) {
+        sy_cli_error("generate", "--model PATH is required (see --help)");
+        status = 2;
+        goto done;
+    }
+    if (gguf_spelling && plugin == NULL) plugin = "gguf-quant";
+    if (argc - optind > 1) {
+        sy_cli_error("generate", "give the prompt as one argument (quote it); unexpected '%s'", argv[optind + 1]);
+        status = 2;
+        goto done;
+    }
+    const char *prompt = optind < argc ? argv[optind] : "";
+
+    sy_plugin_registry reg = {0};
+    char dir[4096], err[1024];
+    /* a drafter may live in another plugin: then the whole folder */
+    if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
+
+    sy_loaded_model lm;
+    double t_load = sy_now_seconds();
+    if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
+        sy_cli_error("generate", "%s", err);
+        sy_plugin_registry_close(&reg);
+        goto done;
+    }
+    t_load = sy_now_seconds() - t_load;
+    sy_loaded_model draft_lm;
+    memset(&draft_lm, 0, sizeof draft_lm);
+    sy_speculator *spec = NULL;
+    bool published = false, draft_published = false;
+    if (draft != NULL) {
+        char spec_text[64];
+        const char *spec_name = draft;
+        published = sy_loaded_model_publish(GENERATE_TARGET_NAME, &lm) == 0;
+        if (strncmp(draft, "model:", 6) == 0) {
+            /* The draft model loads like the target: the same plugin when one was named, the same options. */
+            if (sy_loaded_model_open(&reg, plugin, draft + 6, eo.items, eo.n_items, &draft_lm, err, sizeof err) != 0) {
+                sy_cli_error("generate", "--draft: %s", err);
+                goto close;
+            }
+            draft_published = sy_loaded_model_publish(GENERATE_DRAFT_NAME, &draft_lm) == 0;
+            snprintf(spec_text, sizeof spec_text, "model:%s", GENERATE_DRAFT_NAME);
+            spec_name = spec_text;
+        }
+        spec = sy_speculator_open(&reg, spec_name, GENERATE_TARGET_NAME, lm.info.n_vocab, eo.items, eo.n_items,
+                                  &spec_opts, err, sizeof err);
+        if (spec == NULL) {
+            sy_cli_error("generate", "--draft %s: %s", draft, err);
+            goto close;
+        }
+    }
+    status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec);
+close:
+    sy_speculator_free(spec);
+    if (draft_published) sy_host_unpublish_model(GENERATE_DRAFT_NAME);
+    if (published) sy_host_unpublish_model(GENERATE_TARGET_NAME);
+    sy_loaded_model_close(&draft_lm);
+    sy_loaded_model_close(&lm);
+    sy_plugin_registry_close(&reg);
+done:
+    sy_engine_options_free(&eo);
+    return status;
+}
+
+int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                    const sy_sampler_params *sp, int show_special, int stats, double load_seconds) {
+    return generate_loop(lm, prompt, add_bos, max_new, sp, show_special, stats, load_seconds, NULL);
+}
+
+/* The output side of the loop: prints tokens as they are taken and counts them. */
+typedef struct gen_out {
+    const sy_loaded_model *lm;
+    sy_text_stream text;
+    char *piece;
+    size_t piece_cap;
+    int show_special;
+    uint32_t generated;
+} gen_out;
+
+/* Takes one token. 1: go on; 0: an end-of-generation token (not counted); -1: a token without text. */
+static int take_token(gen_out *o, int32_t token) {
+    uint32_t tflags = o->lm->engine->token_flags(o->lm->model, token);
+    if (tflags & SY_TOKEN_END_OF_GENERATION) return 0;
+    if (!(tflags & SY_TOKEN_CONTROL) || o->show_special) {
+        long n = sy_loaded_model_token_bytes(o->lm, token, &o->piece, &o->piece_cap);
+        if (n < 0) {
+            sy_cli_error("generate", "token %d has no text: %s", token, o->lm->engine->error_message());
+            return -1;
+        }
+        sy_text_stream_write(&o->text, o->piece, (size_t)n, stdout);
+        fflush(stdout);
+    }
+    o->generated++;
+    return 1;
+}
+
+/* Decodes history[first..first+n) into seq, logits of the last `n_logits` into `logits`. */
+static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_t *tokens, uint32_t n,
+                            uint32_t n_logits, float *logits, const sy_host_call *call) {
+    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    return lm->engine->decode(lm->model, &batch);
+}
+
+static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
+                         const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
+                         sy_speculator *spec) {
+    char err[512];
+    size_t n_prompt = 0;
+    uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (add_bos ? SY_TOKENIZE_ADD_SPECIAL : 0);
+    int32_t *prompt_ids = sy_loaded_model_tokenize(lm, prompt, strlen(prompt), flags, &n_prompt, err, sizeof err);
+    if (prompt_ids == NULL) {
+        sy_cli_error("generate", "%s", err);
+        return 1;
+    }
+    if (n_prompt == 0) {
+        /* Nothing to condition on: start from BOS, as llama2.c's `run` does for an empty prompt. */
+        if (lm->info.bos_token < 0) {
+            sy_cli_error("generate", "the prompt is empty and the model has no beginning-of-sequence token");
+            free(prompt_ids);
+            return 1;
+        }
+        prompt_ids = sy_xrealloc(prompt_ids, sizeof *prompt_ids);
+        prompt_ids[0] = lm->info.bos_token;
+        n_prompt = 1;
+    }
+    if (n_prompt + max_new > lm->info.n_ctx) {
+        if (n_prompt >= lm->info.n_ctx) {
+            sy_cli_error("generate", "the prompt has %zu tokens; the model's context holds %u", n_prompt,
+                         lm->info.n_ctx);
+            free(prompt_ids);
+            return 1;
+        }
+        max_new = lm->info.n_ctx - (uint32_t)n_prompt;
+    }
+
+    int status = 1;
+    uint32_t n_vocab = lm->info.n_vocab;
+    uint32_t draft_room = spec != NULL ? sy_speculator_get_options(spec)->draft_max : 0;
+    float *logits = sy_xmalloc((size_t)n_vocab * sizeof *logits);
+    /* The prompt, the output, and room for the proposals of one step after them. */
+    int32_t *history = sy_xmalloc((n_prompt + max_new + 1 + draft_room) * sizeof *history);
+    memcpy(history, prompt_ids, n_prompt * sizeof *history);
+    uint32_t n_history = (uint32_t)n_prompt;
+    sy_sampler *sampler = sy_sampler_create(sp, n_vocab);
+    sy_spec_seq *q = spec != NULL ? sy_spec_seq_create(spec, n_vocab) : NULL;
+    sy_spec_seq_begin(q, sp);
+    gen_out o;
+    memset(&o, 0, sizeof o);
+    o.lm = lm;
+    o.show_special = show_special;
+    sy_text_stream_init(&o.text);
+    uint64_t drafted = 0, accepted = 0;
+    sy_seq *seq = NULL;
+    sy_host_call call;
+    sy_host_call_init(&call);
+    if (lm->engine->seq_create(lm->model, &seq) != SY_OK) {
+        sy_cli_error("generate", "cannot create a sequence: %s", lm->engine->error_message());
+        goto out;
+    }
+
+    double t0 = sy_now_seconds();
+    sy_status st = decode_run(lm, seq, prompt_ids, (uint32_t)n_prompt, 1, logits, &call);
+    double t_prefill = sy_now_seconds() - t0;
+    if (st != SY_OK) {
+        sy_cli_error("generate", "prefill failed: %s", lm->engine->error_message());
+        goto out;
+    }
+    double t1 = sy_now_seconds();
+    int32_t token = max_new > 0 ? sy_sampler_sample(sampler, logits, history, n_history) : -1;
+    while (o.generated < max_new) {
+        /* The token just chosen joins the history and the output. */
+        history[n_history++] = token;
+        int taken = take_token(&o, token);
+        if (taken < 0) goto out;
+        if (taken == 0 || o.generated == max_new) break;
+
+        /* Decode it, with proposals after it when the drafter has some. */
+        uint32_t room = lm->info.n_ctx - n_history; /* n_history <= n_prompt + max_new <= n_ctx */
+        uint32_t left = max_new - o.generated - 1;   /* k proposals yield up to k + 1 tokens */
+        uint32_t limit = room < left ? room : left;
+        if (limit > draft_room) limit = draft_room;
+        uint32_t k = q != NULL && limit > 0 ? sy_spec_seq_propose(q, history, n_history, limit) : 0;
+        double td = sy_now_seconds();
+        st = decode_run(lm, seq, &history[n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(q) : logits, &call);
+        if (st != SY_OK) {
+            sy_cli_error("generate", "decode failed: %s", lm->engine->error_message());
+            goto out;
+        }
+        if (spec != NULL) sy_speculator_note_decode(spec, 1 + k, 1, false, sy_now_seconds() - td);
+        if (k == 0) {
+            token = sy_sampler_sample(sampler, logits, history, n_history);
+            continue;
+        }
+        sy_spec_verdict v;
+        sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        drafted += v.n_drafted;
+        accepted += v.n_accepted;
+        uint32_t keep = n_history + v.n_accepted;
+        if (v.n_accepted < k && lm->engine->seq_truncate(lm->model, seq, keep) != SY_OK) {
+            /* The engine cannot roll back that far: stop speculating, and rebuild the sequence from the history. */
+            sy_spec_seq_rollback_failed(q, k - v.n_accepted);
+            lm->engine->seq_free(lm->model, seq);
+            seq = NULL;
+            if (lm->engine->seq_create(lm->model, &seq) != SY_OK ||
+                decode_run(lm, seq, history, keep, 0, NULL, &call) != SY_OK) {
+                sy_cli_error("generate", "rebuilding the sequence after a failed rollback: %s",
+                             lm->engine->error_message());
+                goto out;
+            }
+        }
+        /* The accepted proposals are in the history already: take them, then the target's own next token. */
+        bool ended = false;
+        for (uint32_t j = 0; j < v.n_accepted && !ended; j++) {
+            int t = take_token(&o, history[n_history]);
+            if (t < 0) goto out;
+            n_history++;
+            ended = t == 0 || o.generated == max_new;
+        }
+        if (ended) break;
+        token = v.next;
+    }
+    double t_decode = sy_now_seconds() - t1;
+    sy_text_stream_finish(&o.text, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (stats) {
+        fprintf(stderr,
+                "load %.3f s | prompt %zu tokens in %.3f s (%.1f tok/s) | generated %u tokens in %.3f s "
+                "(%.1f tok/s)\n",
+                load_seconds, n_prompt, t_prefill, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, o.generated,
+                t_decode, t_decode > 0 ? o.generated / t_decode : 0.0);
+        if (spec != NULL)
+            fprintf(stderr, "speculative (%s): drafted %llu tokens, accepted %llu (%.1f%%)\n",
+                    sy_speculator_label(spec), (unsigned long long)drafted, (unsigned long long)accepted,
+                    drafted ? 100.0 * (double)accepted / (double)drafted : 0.0);
+    }
+    status = 0;
+out:
+    if (seq != NULL) lm->engine->seq_free(lm->model, seq);
+    sy_spec_seq_free(q);
+    sy_sampler_free(sampler);
+    free(o.piece);
+    free(history);
+    free(logits);
+    free(prompt_ids);
+    return status;
+}

@@ -1,0 +1,270 @@
+/* switchyard serve: the HTTP server with the OpenAI and Ollama APIs over the configured models.
+ *
+ * Signals are blocked in every thread and taken by the main thread with sigtimedwait, which also paces the once-a-
+ * second chores (idle unloading, --watch-config): SIGINT/SIGTERM stop cleanly (a second one kills at once),
+ * SIGHUP reloads the config. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "config/config.h"
+#include "api/context.h"
+#include "http/http_server.h"
+#include "base/log.h"
+#include "api/metrics.h"
+#include "manager/model_manager.h"
+#include "base/util.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: switchyard serve --config FILE [options]\n\n"
+            "Serves the models of FILE over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
+            "/v1/models), the Ollama API (/api/chat, /api/generate, /api/tags, /api/show, /api/ps,\n"
+            "/api/version) and llama-swap's management endpoints (/health, /running, /unload, /metrics).\n"
+            "Models load on their first request and swap by their groups' rules. See docs/api.md.\n\n"
+            "options:\n"
+            "  --config FILE           the configuration (INI; see docs/config.md); required\n"
+            "  --listen ADDR           HOST:PORT or [V6]:PORT to listen on, overriding [host] listen\n"
+            "                          (default 127.0.0.1:8080; port 0 picks a free port, logged at start)\n"
+            "  --plugin-dir DIR        where plugins are (default: [host] plugin_dir, else beside the executable)\n"
+            "  --watch-config          reload the config when its file changes (checked once a second);\n"
+            "                          SIGHUP always reloads it\n"
+            "  --log-level LEVEL       error, warn, info or debug (default: [host] log_level, else info)\n"
+            "KV snapshots (warm slots are saved to the resume path at unload and shutdown; see\n"
+            "docs/snapshot-format.md):\n"
+            "  --resume                restore the warm KV snapshots in the resume path when models load\n"
+            "  --resume-path DIR       where snapshots are kept (default: [host] resume_path)\n"
+            "  --resume-no-host-cache  restore into the slots only, not into the host prefix cache\n"
+            "  -h, --help              this text\n");
+}
+
+enum {
+    OPT_CONFIG = 1000, OPT_LISTEN, OPT_PLUGIN_DIR, OPT_WATCH, OPT_RESUME, OPT_RESUME_PATH, OPT_RESUME_NO_HOST_CACHE,
+    OPT_LOG_LEVEL
+};
+
+typedef struct serve_state {
+    const char *config_path;
+    const char *listen_override;
+    const char *resume_path_override;
+    bool resume;
+    bool resume_no_host_cache;
+    bool log_level_given;
+    char listen[300];          /* the address in effect */
+    sy_model_manager *mm;
+    sy_api_context *api;
+    struct stat config_stat;   /* for --watch-config */
+    bool config_stat_ok;
+} serve_state;
+
+/* Command-line values win over the file's. */
+static void apply_overrides(const serve_state *st, sy_config *cfg) {
+    if (st->resume) cfg->host.resume = true;
+    if (st->resume_no_host_cache) cfg->host.resume_no_host_cache = true;
+    if (st->resume_path_override) {
+        free(cfg->host.resume_path);
+        cfg->host.resume_path = sy_strdup(st->resume_path_override);
+    }
+    if (!st->log_level_given && cfg->host.log_level_set) sy_log_set_level(cfg->host.log_level);
+}
+
+static bool stat_changed(const struct stat *a, const struct stat *b) {
+    return a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec ||
+           a->st_size != b->st_size || a->st_ino != b->st_ino || a->st_dev != b->st_dev;
+}
+
+static void reload_config(serve_state *st, const char *why) {
+    sy_log(SY_LOG_INFO, "reloading %s (%s)", st->config_path, why);
+    st->config_stat_ok = stat(st->config_path, &st->config_stat) == 0;
+    sy_config *cfg = sy_config_load_file(st->config_path);
+    sy_config_print_diagnostics(cfg, stderr);
+    if (!sy_config_ok(cfg)) {
+        sy_log(SY_LOG_ERROR, "%s has errors; the running configuration stays in effect", st->config_path);
+        sy_config_free(cfg);
+        return;
+    }
+    apply_overrides(st, cfg);
+    const char *listen = st->listen_override ? st->listen_override
+                                             : (cfg->host.listen ? cfg->host.listen : SY_SERVER_DEFAULT_LISTEN);
+    if (strcmp(listen, st->listen) != 0)
+        sy_log(SY_LOG_WARN, "listen changed to %s: restart switchyard to move the server (it stays on %s)", listen,
+               st->listen);
+    if (sy_model_manager_reload(st->mm, cfg) != 0) {
+        sy_log(SY_LOG_ERROR, "the model manager refused the new configuration; the running one stays in effect");
+        sy_config_free(cfg);
+        return;
+    }
+    sy_api_replace_config(st->api, cfg);
+    sy_log(SY_LOG_INFO, "configuration reloaded from %s", st->config_path);
+}
+
+static void *preload_thread(void *arg) {
+    sy_model_manager *mm = arg;
+    int failed = sy_model_manager_preload(mm);
+    if (failed > 0) sy_log(SY_LOG_ERROR, "%d preloaded model(s) failed to load (see above)", failed);
+    return NULL;
+}
+
+int sy_cmd_serve(int argc, char **argv) {
+    static const struct option options[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR},
+        {"watch-config", no_argument, NULL, OPT_WATCH},
+        {"resume", no_argument, NULL, OPT_RESUME},
+        {"resume-path", required_argument, NULL, OPT_RESUME_PATH},
+        {"resume-no-host-cache", no_argument, NULL, OPT_RESUME_NO_HOST_CACHE},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    serve_state st;
+    memset(&st, 0, sizeof st);
+    const char *plugin_dir = NULL;
+    bool watch = false;
+    sy_log_level level = SY_LOG_INFO;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_CONFIG: st.config_path = optarg; break;
+        case OPT_LISTEN: st.listen_override = optarg; break;
+        case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
+        case OPT_WATCH: watch = true; break;
+        case OPT_RESUME: st.resume = true; break;
+        case OPT_RESUME_PATH: st.resume_path_override = optarg; break;
+        case OPT_RESUME_NO_HOST_CACHE: st.resume_no_host_cache = true; break;
+        case OPT_LOG_LEVEL:
+            if (sy_log_parse_level(optarg, &level) != 0) {
+                sy_cli_error("serve", "--log-level: '%s' is not one of error, warn, info, debug", optarg);
+                return 2;
+            }
+            st.log_level_given = true;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        sy_cli_error("serve", "unexpected argument '%s' (see --help)", argv[optind]);
+        return 2;
+    }
+    if (st.config_path == NULL) {
+        sy_cli_error("serve", "--config FILE is required (see --help)");
+        return 2;
+    }
+    /* serve talks more than the one-shot verbs: info unless told otherwise (SY_LOG_LEVEL, the config). */
+    if (st.log_level_given || getenv("SY_LOG_LEVEL") == NULL) sy_log_set_level(level);
+
+    /* Block the signals before any thread exists, so that every thread inherits the mask and only sigtimedwait
+     * below receives them. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    st.config_stat_ok = stat(st.config_path, &st.config_stat) == 0;
+    sy_config *cfg = sy_config_load_file(st.config_path);
+    sy_config_print_diagnostics(cfg, stderr);
+    if (!sy_config_ok(cfg)) {
+        sy_cli_error("serve", "%s has errors (above); nothing was started", st.config_path);
+        sy_config_free(cfg);
+        return 1;
+    }
+    apply_overrides(&st, cfg);
+    snprintf(st.listen, sizeof st.listen, "%s",
+             st.listen_override ? st.listen_override
+                                : (cfg->host.listen ? cfg->host.listen : SY_SERVER_DEFAULT_LISTEN));
+
+    /* Plugins load when a model first needs them: one that no model names costs nothing. */
+    sy_plugin_registry reg;
+    memset(&reg, 0, sizeof reg);
+    char dir[4096];
+    if (sy_cli_open_plugins_lazy(plugin_dir ? plugin_dir : cfg->host.plugin_dir, &reg, dir, sizeof dir) != 0) {
+        sy_config_free(cfg);
+        return 1;
+    }
+
+    st.mm = sy_model_manager_create(cfg, &reg);
+    if (st.mm == NULL) {
+        sy_cli_error("serve", "the model manager could not be created");
+        sy_config_free(cfg);
+        sy_plugin_registry_close(&reg);
+        return 1;
+    }
+    sy_metrics *metrics = sy_metrics_create();
+    sy_server_options so;
+    memset(&so, 0, sizeof so);
+    so.listen = st.listen;
+    so.max_request_body = cfg->host.max_request_body;
+    so.max_connections = cfg->host.max_connections;
+    char err[1024];
+    st.api = sy_api_serve(&so, cfg, st.mm, metrics, err, sizeof err); /* cfg now belongs to the API context */
+    if (st.api == NULL) {
+        sy_cli_error("serve", "%s", err);
+        sy_model_manager_destroy(st.mm);
+        sy_metrics_free(metrics);
+        sy_plugin_registry_close(&reg);
+        return 1;
+    }
+    fprintf(stderr, "switchyard: listening on %s (plugins from %s)\n", sy_server_url(sy_api_server(st.api)), dir);
+    fflush(stderr);
+
+    pthread_t preloader;
+    bool preloading = pthread_create(&preloader, NULL, preload_thread, st.mm) == 0;
+    if (!preloading) sy_log(SY_LOG_ERROR, "could not start the preload thread; models load on first use");
+
+    int stop_signal = 0;
+    while (stop_signal == 0) {
+        struct timespec one_second = {1, 0};
+        int sig = sigtimedwait(&signals, NULL, &one_second);
+        if (sig == SIGINT || sig == SIGTERM) {
+            stop_signal = sig;
+        } else if (sig == SIGHUP) {
+            reload_config(&st, "SIGHUP");
+        } else if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+            sy_log(SY_LOG_ERROR, "sigtimedwait: %s", strerror(errno));
+            stop_signal = SIGTERM;
+        }
+        sy_model_manager_tick(st.mm);
+        if (watch) {
+            struct stat now;
+            bool ok = stat(st.config_path, &now) == 0;
+            if (ok && (!st.config_stat_ok || stat_changed(&now, &st.config_stat))) reload_config(&st, "file changed");
+            else if (!ok && st.config_stat_ok) {
+                sy_log(SY_LOG_WARN, "%s: %s (watching for it to come back)", st.config_path, strerror(errno));
+                st.config_stat_ok = false;
+            }
+        }
+    }
+
+    fprintf(stderr, "switchyard: %s: stopping (in-flight generations are cancelled)\n",
+            stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    /* A second signal ends the process at once, should the clean stop hang. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL);
+
+    sy_api_stop(st.api);
+    if (preloading) pthread_join(preloader, NULL);
+    sy_model_manager_destroy(st.mm);
+    sy_metrics_free(metrics);
+    sy_plugin_registry_close(&reg);
+    fprintf(stderr, "switchyard: stopped\n");
+    return 0;
+}

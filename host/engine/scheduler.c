@@ -1,0 +1,1359 @@
+/*
+ * The engine loop of one loaded model: slots, a FIFO queue and continuous batching (see scheduler.h).
+ *
+ * Locking: `lock` guards the queue, each slot's `busy`/`gen` link, the counters and the shutdown flag. Everything
+ * else a slot holds (its sequence, the mirror of its tokens, its sampler, its text buffers) belongs to the loop
+ * thread alone. Callbacks run on the loop thread with no lock held, so they may call submit, cancel or release.
+ *
+ * A generation's memory is shared by its caller and the loop through a reference count: the loop drops its
+ * reference after the last event, the caller with sy_gen_release(), whichever comes last frees it.
+ */
+#include "engine/scheduler.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "engine/prefix_cache.h"
+#include "engine/speculative.h"
+#include "engine/text_stream.h"
+#include "base/util.h"
+
+/* A stop string longer than this is refused: holding back text for it would stall streaming. */
+#define SY_GEN_MAX_STOP_BYTES 1024
+/* A slot that reads a prompt completely cached still decodes its last token, to get the logits it needs. */
+#define SY_SCHED_DEFAULT_PREFILL_CHUNK 512
+#define SY_SCHED_DEFAULT_BATCH_TOKENS 2048
+/* A slot's sequence is parked in the host cache only when it would lose at least this many tokens. */
+#define SY_SCHED_PARK_MIN_TOKENS 32
+/* Engines that answer SY_ERR_CANCELLED without a reason this many steps running are treated as failing. */
+#define SY_SCHED_MAX_SPURIOUS_CANCELS 3
+
+struct sy_gen {
+    sy_scheduler *sched;
+    atomic_int refs;     /* the caller's and the loop's */
+    atomic_int cancelled;
+    atomic_int finished; /* the last event was sent (the scheduler may be gone since) */
+
+    int32_t *prompt;
+    uint32_t n_prompt;
+    sy_gen_params params;
+    char *stop[SY_GEN_MAX_STOP_STRINGS]; /* owned copies; params.stop points at them */
+    size_t stop_len[SY_GEN_MAX_STOP_STRINGS];
+    sy_gen_callback callback;
+    void *user;
+
+    double t_submit, t_start, t_first, t_end;
+    sy_gen_usage usage;
+    bool in_batch; /* under the scheduler lock: its tokens are in the decode running now */
+
+    /* Loop-thread state while it runs. */
+    sy_sampler *sampler;
+    sy_text_stream utf8;
+    sy_buf held; /* complete text not yet sent: it may still turn out to start a stop string */
+    sy_buf out;  /* text released by the current token */
+    struct sy_gen *next; /* queue link */
+};
+
+typedef enum slot_phase {
+    SLOT_FREE = 0,
+    SLOT_PREFILL, /* reading the prompt from prompt_pos on */
+    SLOT_DECODE   /* `next_token` waits to be decoded */
+} slot_phase;
+
+typedef struct slot {
+    uint32_t index;
+    sy_seq *seq;        /* NULL until first used, or after an engine error */
+    int32_t *tokens;    /* the tokens the sequence holds, mirrored */
+    uint32_t n_tokens, cap_tokens;
+    slot_phase phase;
+    sy_gen *gen;        /* under the lock: set while busy */
+    uint32_t prompt_pos;
+    int32_t next_token;
+    float *logits;      /* one row of n_vocab */
+    double last_used;
+    /* Per step: this slot's part of the batch. */
+    uint32_t step_tokens;
+    uint32_t step_logits;
+    /* Speculative decoding (speculative.h): the slot's speculation state (NULL until a speculative generation
+     * runs here; kept across generations, like the KV) and the proposals of this step, which sit in `tokens` right
+     * after next_token, past the mirrored n_tokens. */
+    sy_spec_seq *spec;
+    uint32_t step_drafts;
+} slot;
+
+/* A sequence kept by the host prefix cache after its slot moved on to another prompt. Loop thread only. */
+typedef struct parked {
+    sy_seq *seq;
+    sy_prefix_entry *entry; /* its tokens, in the cache's index */
+    double last_used;
+    struct parked *prev, *next;
+} parked;
+
+struct sy_scheduler {
+    const sy_loaded_model *lm;
+    sy_scheduler_options opts;
+    uint32_t n_vocab, n_ctx;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool stopping;
+
+    slot *slots;
+    uint32_t n_slots;
+    uint32_t n_busy;
+    sy_gen *queue_head, *queue_tail;
+    uint32_t n_queued;
+    sy_host_call step_call; /* the running decode; cancelled when one of its generations is */
+
+    sy_scheduler_stats stats; /* slots_busy and queue_depth filled on read */
+
+    /* Loop-thread scratch. */
+    sy_decode_item *items;
+    slot **item_slots;
+    char *piece;
+    size_t piece_cap;
+    uint32_t rotate; /* first slot offered prefill room, so no slot starves */
+    sy_prefix_cache *cache; /* index of the parked sequences */
+    parked *parked_list;
+    uint64_t parked_tokens;
+    uint32_t n_parked;
+    uint32_t spurious_cancels;
+    /* Snapshot hooks (end of file): tasks run on the loop thread between steps; stop without freeing. */
+    struct sched_task *tasks;
+    pthread_cond_t task_done;
+    bool joined;
+};
+
+sy_gen_params sy_gen_params_defaults(void) {
+    sy_gen_params p;
+    memset(&p, 0, sizeof p);
+    p.sampling = sy_sampler_defaults();
+    p.speculative = true;
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Generations: references, events */
+
+static void gen_free(sy_gen *g) {
+    for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) free(g->stop[i]);
+    free(g->prompt);
+    sy_sampler_free(g->sampler);
+    sy_buf_free(&g->held);
+    sy_buf_free(&g->out);
+    free(g);
+}
+
+static void gen_unref(sy_gen *g) {
+    if (atomic_fetch_sub(&g->refs, 1) == 1) gen_free(g);
+}
+
+void sy_gen_release(sy_gen *g) {
+    if (g != NULL) gen_unref(g);
+}
+
+void sy_gen_cancel(sy_gen *g) {
+    if (g == NULL) return;
+    atomic_store(&g->cancelled, 1);
+    if (atomic_load(&g->finished)) return; /* over already: the scheduler may be gone */
+    sy_scheduler *s = g->sched;
+    pthread_mutex_lock(&s->lock);
+    if (g->in_batch) sy_host_call_cancel(&s->step_call);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void emit_text(sy_gen *g, const char *text, size_t len, int32_t token, const double *logprob,
+                      const sy_gen_logprob *top, uint32_t n_top) {
+    sy_gen_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = SY_GEN_EVENT_TEXT;
+    ev.text = text != NULL ? text : ""; /* never NULL, even when empty */
+    ev.text_len = len;
+    ev.token = token;
+    if (logprob != NULL) ev.logprob = *logprob;
+    ev.top = n_top ? top : NULL;
+    ev.n_top = n_top;
+    g->callback(g->user, &ev);
+}
+
+static void fill_usage_times(sy_gen *g) {
+    g->t_end = sy_now_seconds();
+    if (g->t_start == 0) g->t_start = g->t_end;
+    g->usage.queue_seconds = g->t_start - g->t_submit;
+    if (g->t_first != 0) {
+        g->usage.prompt_seconds = g->t_first - g->t_start;
+        g->usage.generation_seconds = g->t_end - g->t_first;
+    } else {
+        g->usage.prompt_seconds = g->t_end - g->t_start;
+    }
+}
+
+/* The last event: DONE (reason) or ERROR (message != NULL). Drops the loop's reference. */
+static void emit_end(sy_gen *g, const char *finish_reason, const char *message) {
+    fill_usage_times(g);
+    sy_gen_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.token = -1;
+    ev.usage = g->usage;
+    if (message != NULL) {
+        ev.type = SY_GEN_EVENT_ERROR;
+        ev.message = message;
+    } else {
+        ev.type = SY_GEN_EVENT_DONE;
+        ev.finish_reason = finish_reason;
+    }
+    atomic_store(&g->finished, 1);
+    g->callback(g->user, &ev);
+    gen_unref(g);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Text: UTF-8 completion, then holding back what could start a stop string */
+
+static void held_sink(void *user, const char *text, size_t len) { sy_buf_append(&((sy_gen *)user)->held, text, len); }
+
+/* Earliest complete stop string in the held text: its offset, or -1. */
+static long find_stop(const sy_gen *g) {
+    long best = -1;
+    for (size_t i = 0; i < g->params.n_stop; i++) {
+        size_t n = g->stop_len[i];
+        if (n == 0 || n > g->held.len) continue;
+        for (size_t at = 0; at + n <= g->held.len; at++) {
+            if (best >= 0 && (long)at >= best) break;
+            if (memcmp(g->held.data + at, g->stop[i], n) == 0) {
+                best = (long)at;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+/* How many bytes at the end of the held text could be the beginning of a stop string. */
+static size_t stop_prefix_tail(const sy_gen *g) {
+    size_t keep = 0;
+    for (size_t i = 0; i < g->params.n_stop; i++) {
+        size_t n = g->stop_len[i];
+        size_t longest = n - 1 < g->held.len ? n - 1 : g->held.len; /* a full match was handled before */
+        for (size_t k = longest; k > keep; k--) {
+            if (memcmp(g->held.data + g->held.len - k, g->stop[i], k) == 0) {
+                keep = k;
+                break;
+            }
+        }
+    }
+    /* Never split a UTF-8 character between sent and held text: hold its lead byte too. */
+    while (keep > 0 && keep < g->held.len && ((unsigned char)g->held.data[g->held.len - keep] & 0xC0) == 0x80)
+        keep++;
+    return keep;
+}
+
+/* Moves what can be released from `held` to `out`. Returns true when a stop string matched (the text from the
+ * match on is dropped). `final`: nothing more comes, so nothing needs holding. */
+static bool release_text(sy_gen *g, bool final) {
+    long stop_at = find_stop(g);
+    if (stop_at >= 0) {
+        sy_buf_append(&g->out, g->held.data, (size_t)stop_at);
+        sy_buf_clear(&g->held);
+        return true;
+    }
+    size_t keep = final ? 0 : stop_prefix_tail(g);
+    size_t give = g->held.len - keep;
+    sy_buf_append(&g->out, g->held.data, give);
+    sy_buf_consume(&g->held, give);
+    return false;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Submitting */
+
+static int refuse(char *err, size_t err_size, int *http_status, int status, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int refuse(char *err, size_t err_size, int *http_status, int status, const char *fmt, ...) {
+    if (err != NULL && err_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    if (http_status != NULL) *http_status = status;
+    return -1;
+}
+
+static bool finite_param(float v) { return isfinite(v); }
+
+static int check_params(const sy_scheduler *s, const sy_gen_params *p, char *err, size_t err_size, int *http) {
+    const sy_sampler_params *sp = &p->sampling;
+    if (!finite_param(sp->temperature) || !finite_param(sp->top_p) || !finite_param(sp->min_p) ||
+        !finite_param(sp->repeat_penalty) || !finite_param(sp->presence_penalty) ||
+        !finite_param(sp->frequency_penalty))
+        return refuse(err, err_size, http, 400, "sampling parameters must be finite numbers");
+    if (p->n_stop > SY_GEN_MAX_STOP_STRINGS)
+        return refuse(err, err_size, http, 400, "%zu stop strings given, at most %d", p->n_stop,
+                      SY_GEN_MAX_STOP_STRINGS);
+    for (size_t i = 0; i < p->n_stop; i++) {
+        if (p->stop[i] == NULL) return refuse(err, err_size, http, 400, "stop string %zu is missing", i);
+        if (strlen(p->stop[i]) > SY_GEN_MAX_STOP_BYTES)
+            return refuse(err, err_size, http, 400, "stop string %zu is longer than %d bytes", i,
+                          SY_GEN_MAX_STOP_BYTES);
+    }
+    if (p->top_logprobs > SY_GEN_MAX_TOP_LOGPROBS)
+        return refuse(err, err_size, http, 400, "top_logprobs %u is more than %d", (unsigned)p->top_logprobs,
+                      SY_GEN_MAX_TOP_LOGPROBS);
+    (void)s;
+    return 0;
+}
+
+sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_prompt, const sy_gen_params *params,
+                            sy_gen_callback callback, void *user, char *err, size_t err_size, int *http_status) {
+    if (s == NULL || callback == NULL || (prompt == NULL && n_prompt > 0)) {
+        refuse(err, err_size, http_status, 500, "submit: missing scheduler, prompt or callback");
+        return NULL;
+    }
+    sy_gen_params defaults = sy_gen_params_defaults();
+    if (params == NULL) params = &defaults;
+    if (n_prompt == 0) {
+        refuse(err, err_size, http_status, 400, "the prompt is empty");
+        return NULL;
+    }
+    if (n_prompt > s->n_ctx) {
+        refuse(err, err_size, http_status, 400, "the prompt has %zu tokens, more than the context of %u", n_prompt,
+               (unsigned)s->n_ctx);
+        return NULL;
+    }
+    for (size_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->n_vocab) {
+            refuse(err, err_size, http_status, 400, "prompt token %ld at %zu is outside the vocabulary of %u",
+                   (long)prompt[i], i, (unsigned)s->n_vocab);
+            return NULL;
+        }
+    }
+    if (check_params(s, params, err, err_size, http_status) != 0) return NULL;
+
+    sy_gen *g = sy_xcalloc(1, sizeof *g);
+    g->sched = s;
+    atomic_init(&g->refs, 2);
+    atomic_init(&g->cancelled, 0);
+    atomic_init(&g->finished, 0);
+    g->prompt = sy_xmalloc(n_prompt * sizeof *g->prompt);
+    memcpy(g->prompt, prompt, n_prompt * sizeof *g->prompt);
+    g->n_prompt = (uint32_t)n_prompt;
+    g->params = *params;
+    size_t n_stop = 0;
+    for (size_t i = 0; i < params->n_stop; i++) {
+        size_t len = strlen(params->stop[i]);
+        if (len == 0) continue; /* an empty stop string would stop before anything: ignore it */
+        g->stop[n_stop] = sy_strdup(params->stop[i]);
+        g->stop_len[n_stop] = len;
+        n_stop++;
+    }
+    for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) g->params.stop[i] = i < n_stop ? g->stop[i] : NULL;
+    g->params.n_stop = n_stop;
+    g->callback = callback;
+    g->user = user;
+    g->usage.prompt_tokens = (uint32_t)n_prompt;
+    g->t_submit = sy_now_seconds();
+    sy_text_stream_init(&g->utf8);
+
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        gen_free(g);
+        refuse(err, err_size, http_status, 503, "the model is shutting down");
+        return NULL;
+    }
+    /* Admitted while the slots plus the queue have room; the loop moves queued requests into free slots. */
+    if ((uint64_t)s->n_busy + s->n_queued >= (uint64_t)s->n_slots + s->opts.max_queue) {
+        uint32_t queued = s->n_queued;
+        pthread_mutex_unlock(&s->lock);
+        gen_free(g);
+        refuse(err, err_size, http_status, 429, "all %u slots are busy and %u requests are waiting (max_queue %u)",
+               (unsigned)s->n_slots, (unsigned)queued, (unsigned)s->opts.max_queue);
+        return NULL;
+    }
+    if (s->queue_tail) s->queue_tail->next = g;
+    else s->queue_head = g;
+    s->queue_tail = g;
+    s->n_queued++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return g;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Slots */
+
+static void slot_mirror_reserve(slot *sl, uint32_t n) {
+    if (n <= sl->cap_tokens) return;
+    uint32_t cap = sl->cap_tokens ? sl->cap_tokens : 256;
+    while (cap < n) cap = cap > UINT32_MAX / 2 ? n : cap * 2;
+    sl->tokens = sy_xrealloc(sl->tokens, (size_t)cap * sizeof *sl->tokens);
+    sl->cap_tokens = cap;
+}
+
+static void slot_mirror_append(slot *sl, const int32_t *tokens, uint32_t n) {
+    slot_mirror_reserve(sl, sl->n_tokens + n);
+    memcpy(sl->tokens + sl->n_tokens, tokens, (size_t)n * sizeof *tokens);
+    sl->n_tokens += n;
+}
+
+static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb) {
+    uint32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The prefix of a prompt a cache may serve: all but the last token, which must be decoded for its logits. */
+static uint32_t usable_prefix(const slot *sl, const sy_gen *g) {
+    uint32_t n = common_prefix(sl->tokens, sl->n_tokens, g->prompt, g->n_prompt);
+    return n >= g->n_prompt ? g->n_prompt - 1 : n;
+}
+
+/* Forget a slot's sequence (after an engine error, or when it cannot be truncated). */
+static void slot_drop_sequence(sy_scheduler *s, slot *sl) {
+    if (sl->seq != NULL) s->lm->engine->seq_free(s->lm->model, sl->seq);
+    sl->seq = NULL;
+    sl->n_tokens = 0;
+}
+
+/* The free slot for a queued generation (lock held, loop thread: the mirrors are the loop's). The one with the
+ * longest reusable prefix, the least recently used among equals (so warm caches other prompts may want survive).
+ * When a busy slot or a parked sequence holds a longer prefix than any free slot, the least recently used free
+ * slot is taken instead: slot_start forks that prefix into it. */
+static slot *choose_slot(sy_scheduler *s, const sy_gen *g) {
+    slot *best = NULL, *lru = NULL;
+    uint32_t best_prefix = 0, donor_prefix = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        uint32_t prefix = sl->seq != NULL ? usable_prefix(sl, g) : 0;
+        if (sl->gen != NULL) {
+            if (prefix > donor_prefix) donor_prefix = prefix;
+            continue;
+        }
+        if (lru == NULL || sl->last_used < lru->last_used) lru = sl;
+        if (best == NULL || prefix > best_prefix || (prefix == best_prefix && sl->last_used < best->last_used)) {
+            best = sl;
+            best_prefix = prefix;
+        }
+    }
+    uint32_t cap = g->n_prompt - 1;
+    uint32_t cached = sy_prefix_cache_longest(s->cache, g->prompt, cap, NULL);
+    if (cached > donor_prefix) donor_prefix = cached;
+    return donor_prefix > best_prefix ? lru : best;
+}
+
+/* ---- the host prefix cache: parked sequences ---- */
+
+static void parked_free(sy_scheduler *s, parked *p) {
+    if (p->prev) p->prev->next = p->next;
+    else s->parked_list = p->next;
+    if (p->next) p->next->prev = p->prev;
+    s->parked_tokens -= sy_prefix_entry_length(p->entry);
+    s->n_parked--;
+    sy_prefix_cache_remove(s->cache, p->entry);
+    s->lm->engine->seq_free(s->lm->model, p->seq);
+    free(p);
+}
+
+static void parked_stats(sy_scheduler *s) {
+    pthread_mutex_lock(&s->lock);
+    s->stats.parked_sequences = s->n_parked;
+    s->stats.parked_tokens = s->parked_tokens;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Before a slot's sequence loses everything past `keep` tokens: move it into the cache when what would be lost
+ * is worth keeping and fits the budget; the slot then gets a copy of its first `keep` tokens (keep > 0) or no
+ * sequence (keep == 0, the caller makes one). `protect` is not evicted. True when parked. */
+static bool park_slot_sequence(sy_scheduler *s, slot *sl, uint32_t keep, const parked *protect) {
+    uint32_t n = sl->n_tokens;
+    if (s->opts.cache_tokens == 0 || sl->seq == NULL || n < keep + SY_SCHED_PARK_MIN_TOKENS ||
+        n > s->opts.cache_tokens)
+        return false;
+    /* A parked sequence is one more the engine holds besides the slots' own. */
+    uint32_t max_sequences = s->lm->info.max_sequences;
+    if (max_sequences != 0 && (uint64_t)s->n_slots + s->n_parked + 1 > max_sequences) return false;
+    if (sy_prefix_cache_longest(s->cache, sl->tokens, n, NULL) == n) return false; /* held already */
+    /* Parked sequences this one extends are no longer needed. */
+    for (parked *p = s->parked_list, *next; p != NULL; p = next) {
+        next = p->next;
+        uint32_t len = sy_prefix_entry_length(p->entry);
+        if (p != protect && len <= n && memcmp(sy_prefix_entry_tokens(p->entry), sl->tokens,
+                                               (size_t)len * sizeof *sl->tokens) == 0)
+            parked_free(s, p);
+    }
+    /* Least recently used first, until it fits. */
+    while (s->parked_tokens + n > s->opts.cache_tokens) {
+        parked *lru = NULL;
+        for (parked *p = s->parked_list; p != NULL; p = p->next)
+            if (p != protect && (lru == NULL || p->last_used < lru->last_used)) lru = p;
+        if (lru == NULL) return false;
+        parked_free(s, lru);
+    }
+    const sy_engine_api *e = s->lm->engine;
+    sy_seq *rest = NULL;
+    if (keep > 0 && (e->seq_fork(s->lm->model, sl->seq, keep, &rest) != SY_OK || rest == NULL)) return false;
+    parked *p = sy_xcalloc(1, sizeof *p);
+    p->seq = sl->seq;
+    p->entry = sy_prefix_cache_insert(s->cache, sl->tokens, n, p);
+    p->last_used = sy_now_seconds();
+    p->next = s->parked_list;
+    if (p->next) p->next->prev = p;
+    s->parked_list = p;
+    s->parked_tokens += n;
+    s->n_parked++;
+    sl->seq = rest;
+    sl->n_tokens = keep;
+    parked_stats(s);
+    return true;
+}
+
+/* Prepares a slot just given `g`: reuse the longest cached prefix (the slot's own, or forked from another slot's
+ * sequence or a parked one when that is longer), create the sampler. Returns 0, or -1 with msg set. */
+static int slot_start(sy_scheduler *s, slot *sl, sy_gen *g, char *msg, size_t msg_size) {
+    const sy_engine_api *e = s->lm->engine;
+    sy_model *model = s->lm->model;
+    uint32_t prefix = usable_prefix(sl, g);
+
+    /* Another slot (busy or not) or a parked sequence may hold a longer prefix: copy it rather than prefill. */
+    const sy_seq *source = NULL;
+    const int32_t *source_tokens = NULL;
+    uint32_t source_prefix = prefix;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        slot *other = &s->slots[i];
+        if (other == sl || other->seq == NULL) continue;
+        uint32_t p = usable_prefix(other, g);
+        if (p > source_prefix) {
+            source = other->seq;
+            source_tokens = other->tokens;
+            source_prefix = p;
+        }
+    }
+    sy_prefix_entry *hit = NULL;
+    uint32_t cached = sy_prefix_cache_longest(s->cache, g->prompt, g->n_prompt - 1, &hit);
+    parked *from_cache = NULL;
+    if (cached > source_prefix && hit != NULL) {
+        from_cache = sy_prefix_entry_value(hit);
+        from_cache->last_used = sy_now_seconds();
+        source = from_cache->seq;
+        source_tokens = sy_prefix_entry_tokens(hit);
+        source_prefix = cached;
+    }
+    if (source != NULL) {
+        /* Ours goes to the cache or away first: an engine with a sequence limit has one per slot. */
+        if (!park_slot_sequence(s, sl, 0, from_cache)) slot_drop_sequence(s, sl);
+        sl->seq = NULL;
+        sl->n_tokens = 0;
+        sy_seq *forked = NULL;
+        if (e->seq_fork(model, source, source_prefix, &forked) == SY_OK && forked != NULL) {
+            sl->seq = forked;
+            slot_mirror_append(sl, source_tokens, source_prefix);
+            prefix = source_prefix;
+        } else {
+            sy_log(SY_LOG_DEBUG, "scheduler: seq_fork of %u tokens failed (%s); prefilling instead",
+                   (unsigned)source_prefix, e->error_message());
+            prefix = 0;
+        }
+    } else if (prefix < sl->n_tokens) {
+        park_slot_sequence(s, sl, prefix, NULL);
+    }
+    if (sl->seq == NULL) {
+        sl->n_tokens = 0;
+        prefix = 0;
+        if (e->seq_create(model, &sl->seq) != SY_OK || sl->seq == NULL) {
+            snprintf(msg, msg_size, "engine could not create a sequence: %s", e->error_message());
+            sl->seq = NULL;
+            return -1;
+        }
+    }
+    if (prefix < sl->n_tokens) {
+        if (e->seq_truncate(model, sl->seq, prefix) != SY_OK) {
+            /* A recurrent engine cannot roll back far: start this slot over. */
+            sy_log(SY_LOG_DEBUG, "scheduler: seq_truncate to %u failed (%s); starting the slot empty",
+                   (unsigned)prefix, e->error_message());
+            prefix = 0;
+            if (e->seq_truncate(model, sl->seq, 0) != SY_OK) {
+                slot_drop_sequence(s, sl);
+                if (e->seq_create(model, &sl->seq) != SY_OK || sl->seq == NULL) {
+                    snprintf(msg, msg_size, "engine could not create a sequence: %s", e->error_message());
+                    sl->seq = NULL;
+                    return -1;
+                }
+            }
+        }
+        sl->n_tokens = prefix;
+    }
+    if (sl->logits == NULL) sl->logits = sy_xmalloc((size_t)s->n_vocab * sizeof *sl->logits);
+    g->sampler = sy_sampler_create(&g->params.sampling, s->n_vocab);
+    if (s->opts.speculator != NULL && g->params.speculative) {
+        if (sl->spec == NULL) sl->spec = sy_spec_seq_create(s->opts.speculator, s->n_vocab);
+        sy_spec_seq_begin(sl->spec, &g->params.sampling);
+    }
+    g->usage.cached_tokens = prefix;
+    g->t_start = sy_now_seconds();
+    sl->prompt_pos = prefix;
+    sl->phase = SLOT_PREFILL;
+    return 0;
+}
+
+/* Ends the slot's generation. reason: a finish reason (DONE) or NULL with message (ERROR). */
+static void slot_finish(sy_scheduler *s, slot *sl, const char *reason, const char *message) {
+    sy_gen *g = sl->gen;
+    if (message == NULL) {
+        /* What was held for a possible stop string is plain text after all. */
+        sy_text_stream_flush(&g->utf8, held_sink, g);
+        sy_buf_clear(&g->out);
+        bool stopped = release_text(g, true);
+        if (g->out.len > 0) emit_text(g, g->out.data, g->out.len, -1, NULL, NULL, 0);
+        sy_buf_clear(&g->out);
+        if (stopped) reason = "stop";
+    }
+    sy_sampler_free(g->sampler);
+    g->sampler = NULL;
+    sy_spec_seq_end(sl->spec); /* kept with the slot: a draft model's sequence stays warm like the slot's KV */
+    sl->phase = SLOT_FREE;
+    sl->last_used = sy_now_seconds();
+
+    pthread_mutex_lock(&s->lock);
+    sl->gen = NULL;
+    s->n_busy--;
+    s->stats.requests_done++;
+    pthread_mutex_unlock(&s->lock);
+    emit_end(g, reason, message);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Sampling one token for a slot whose logits row is ready */
+
+static void top_logprobs(const float *logits, uint32_t n_vocab, double log_z, uint32_t k, sy_gen_logprob *top) {
+    uint32_t have = 0;
+    for (uint32_t v = 0; v < n_vocab; v++) {
+        float l = logits[v];
+        if (have == k && !(l > logits[top[k - 1].token])) continue;
+        uint32_t at = have < k ? have++ : k - 1;
+        while (at > 0 && l > logits[top[at - 1].token]) {
+            top[at] = top[at - 1];
+            at--;
+        }
+        top[at].token = (int32_t)v;
+    }
+    for (uint32_t i = 0; i < have; i++) top[i].logprob = (double)logits[top[i].token] - log_z;
+}
+
+/* Takes one output token, chosen from `row` (its logits after the sampler's penalties, for logprobs): counts it,
+ * checks the end conditions, emits its text. True when the generation goes on, with `token` to decode next. */
+static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const float *row) {
+    sy_gen *g = sl->gen;
+    const sy_loaded_model *lm = s->lm;
+    if (g->t_first == 0) g->t_first = sy_now_seconds();
+
+    if (token < 0 || (uint32_t)token >= s->n_vocab) token = 0; /* a sampler bug must not reach the engine */
+    g->usage.completion_tokens++;
+    pthread_mutex_lock(&s->lock);
+    s->stats.tokens_generated++;
+    pthread_mutex_unlock(&s->lock);
+
+    uint32_t flags = lm->engine->token_flags(lm->model, token);
+    if ((flags & SY_TOKEN_END_OF_GENERATION) && !g->params.ignore_eos) {
+        slot_finish(s, sl, "stop", NULL);
+        return false;
+    }
+
+    /* The log-softmax of the row the sampler used (after its penalties). */
+    double logprob = 0;
+    sy_gen_logprob top[SY_GEN_MAX_TOP_LOGPROBS];
+    uint32_t n_top = 0;
+    bool want_logprobs = g->params.logprobs || g->params.top_logprobs > 0;
+    if (want_logprobs) {
+        float max = row[sy_argmax(row, s->n_vocab)];
+        double z = 0;
+        for (uint32_t v = 0; v < s->n_vocab; v++) z += exp((double)row[v] - max);
+        double log_z = max + log(z);
+        logprob = (double)row[token] - log_z;
+        n_top = g->params.top_logprobs < s->n_vocab ? g->params.top_logprobs : s->n_vocab;
+        if (n_top > 0) top_logprobs(row, s->n_vocab, log_z, n_top, top);
+    }
+
+    bool stopped = false;
+    if (!(flags & SY_TOKEN_CONTROL)) {
+        long n = sy_loaded_model_token_bytes(lm, token, &s->piece, &s->piece_cap);
+        if (n > 0) sy_text_stream_feed(&g->utf8, s->piece, (size_t)n, held_sink, g);
+        sy_buf_clear(&g->out);
+        stopped = release_text(g, false);
+    }
+    /* With logprobs every token gets its event (its text may be held back, then empty). */
+    if (g->out.len > 0 || want_logprobs)
+        emit_text(g, g->out.data, g->out.len, token, want_logprobs ? &logprob : NULL, top, n_top);
+    sy_buf_clear(&g->out);
+    if (stopped) {
+        slot_finish(s, sl, "stop", NULL);
+        return false;
+    }
+    if (g->params.max_tokens != 0 && g->usage.completion_tokens >= g->params.max_tokens) {
+        slot_finish(s, sl, "length", NULL);
+        return false;
+    }
+    if (sl->n_tokens >= s->n_ctx) {
+        slot_finish(s, sl, "length", NULL);
+        return false;
+    }
+    sl->next_token = token;
+    sl->phase = SLOT_DECODE;
+    return true;
+}
+
+static void slot_sample(sy_scheduler *s, slot *sl) {
+    int32_t token = sy_sampler_sample(sl->gen->sampler, sl->logits, sl->tokens, sl->n_tokens);
+    slot_take_token(s, sl, token, sl->logits);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The engine loop */
+
+static void engine_failure(sy_scheduler *s, slot *sl, sy_status st, const char *engine_msg) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "engine %s failed: %s: %s", s->lm->plugin->entry->name, sy_status_name(st),
+             engine_msg);
+    sy_log(SY_LOG_WARN, "scheduler: slot %u: %s", (unsigned)sl->index, msg);
+    /* The sequence may be in any state now: start it over. */
+    slot_drop_sequence(s, sl);
+    slot_finish(s, sl, NULL, msg);
+}
+
+/* ---- speculative decoding (speculative.h) ---- */
+
+/* Proposals for a decoding slot, within `budget` more tokens of this step. They are written to the mirror's spare
+ * room right after next_token, so that the drafter sees the context and the decode its tokens in one piece.
+ * Returns how many. */
+static uint32_t slot_plan_drafts(sy_scheduler *s, slot *sl, uint32_t budget) {
+    const sy_gen *g = sl->gen;
+    if (!sy_spec_seq_enabled(sl->spec)) return 0;
+    uint32_t limit = budget;
+    /* The sequence must hold n_tokens + 1 + k; k proposals yield up to k + 1 tokens of those still allowed. */
+    uint32_t room = s->n_ctx > sl->n_tokens + 1 ? s->n_ctx - sl->n_tokens - 1 : 0;
+    if (room < limit) limit = room;
+    if (g->params.max_tokens != 0) {
+        uint32_t left = g->params.max_tokens > g->usage.completion_tokens
+                            ? g->params.max_tokens - g->usage.completion_tokens : 0;
+        if (left == 0 || left - 1 < limit) limit = left > 0 ? left - 1 : 0;
+    }
+    uint32_t draft_max = sy_speculator_get_options(s->opts.speculator)->draft_max;
+    if (limit > draft_max) limit = draft_max;
+    if (limit == 0) return 0;
+    slot_mirror_reserve(sl, sl->n_tokens + 1 + limit);
+    sl->tokens[sl->n_tokens] = sl->next_token;
+    return sy_spec_seq_propose(sl->spec, sl->tokens, sl->n_tokens + 1, limit);
+}
+
+/* A new sequence holding the mirror's first n tokens, for an engine that could not roll back. 0, or -1 with msg. */
+static int slot_rebuild_sequence(sy_scheduler *s, slot *sl, uint32_t n, char *msg, size_t msg_size) {
+    const sy_engine_api *e = s->lm->engine;
+    if (sl->seq != NULL) e->seq_free(s->lm->model, sl->seq);
+    sl->seq = NULL;
+    sy_status st = e->seq_create(s->lm->model, &sl->seq);
+    if (st != SY_OK || sl->seq == NULL) {
+        sl->seq = NULL;
+        snprintf(msg, msg_size, "%s", e->error_message());
+        return -1;
+    }
+    for (uint32_t done = 0; done < n;) {
+        uint32_t chunk = n - done < s->opts.prefill_chunk ? n - done : s->opts.prefill_chunk;
+        sy_decode_item item;
+        memset(&item, 0, sizeof item);
+        item.struct_size = sizeof item;
+        item.seq = sl->seq;
+        item.tokens = sl->tokens + done;
+        item.n_tokens = chunk;
+        sy_decode_batch batch;
+        memset(&batch, 0, sizeof batch);
+        batch.struct_size = sizeof batch;
+        batch.n_items = 1;
+        batch.item_size = sizeof item;
+        batch.items = &item;
+        st = e->decode(s->lm->model, &batch); /* no cancellation: the slot must be whole again */
+        if (st != SY_OK) {
+            snprintf(msg, msg_size, "%s", e->error_message());
+            return -1;
+        }
+        done += chunk;
+    }
+    return 0;
+}
+
+/* After the decode of next_token and k proposals: the target keeps what it confirms, the rest is rolled back,
+ * and the output tokens go out one by one exactly as plain decoding would emit them. */
+static void slot_verify_drafts(sy_scheduler *s, slot *sl, uint32_t k) {
+    sy_gen *g = sl->gen;
+    uint32_t base = sl->n_tokens + 1; /* mirror + next_token: the context the first row follows */
+    sy_spec_verdict v;
+    sy_spec_seq_verify(sl->spec, g->sampler, sl->tokens, base, k, &v);
+    uint32_t keep = base + v.n_accepted;
+    g->usage.drafted_tokens += v.n_drafted;
+    g->usage.accepted_tokens += v.n_accepted;
+    pthread_mutex_lock(&s->lock);
+    s->stats.drafted_tokens += v.n_drafted;
+    s->stats.accepted_tokens += v.n_accepted;
+    pthread_mutex_unlock(&s->lock);
+    if (v.n_accepted < k) {
+        sy_status st = s->lm->engine->seq_truncate(s->lm->model, sl->seq, keep);
+        if (st != SY_OK) {
+            /* The engine cannot roll back so far: no more speculation here (and shorter drafts for later
+             * requests); the sequence is rebuilt from the mirror. */
+            uint32_t depth = k - v.n_accepted;
+            sy_log_level level = sy_spec_seq_rollback_failed(sl->spec, depth) ? SY_LOG_WARN : SY_LOG_DEBUG;
+            sy_log(level, "scheduler: slot %u: rolling back %u drafted tokens failed (%s: %s); this request goes on "
+                   "without speculation, later ones draft fewer tokens", (unsigned)sl->index, (unsigned)depth,
+                   sy_status_name(st), s->lm->engine->error_message());
+            char msg[512] = "";
+            if (slot_rebuild_sequence(s, sl, keep, msg, sizeof msg) != 0) {
+                engine_failure(s, sl, SY_ERR_INTERNAL, msg);
+                return;
+            }
+        }
+    }
+    for (uint32_t j = 0; j <= v.n_accepted; j++) {
+        int32_t token = j < v.n_accepted ? sl->tokens[base + j] : v.next;
+        sl->n_tokens = base + j; /* the sequence as it stands when this token is chosen */
+        if (!slot_take_token(s, sl, token, sy_spec_seq_row(sl->spec, j))) {
+            sl->n_tokens = keep; /* ended early: the sequence still holds the accepted proposals */
+            return;
+        }
+    }
+}
+
+/* The decode timings that let the speculator weigh what a verified token costs. */
+static void note_decode_timing(sy_scheduler *s, uint32_t n_items, double seconds) {
+    if (s->opts.speculator == NULL) return;
+    uint32_t n_tokens = 0;
+    bool prefill = false;
+    for (uint32_t k = 0; k < n_items; k++) {
+        n_tokens += s->items[k].n_tokens;
+        if (s->item_slots[k]->phase == SLOT_PREFILL) prefill = true;
+    }
+    sy_speculator_note_decode(s->opts.speculator, n_tokens, n_items, prefill, seconds);
+}
+
+/* Takes queued requests into free slots in FIFO order; hands back those cancelled or timed out while waiting.
+ * Lock held. */
+static void take_queued(sy_scheduler *s, sy_gen **dropped, slot **started, uint32_t *n_started) {
+    double now = sy_now_seconds();
+    sy_gen **link = &s->queue_head;
+    sy_gen *prev = NULL;
+    bool full = false;
+    while (*link != NULL) {
+        sy_gen *g = *link;
+        bool timed_out = s->opts.queue_timeout_s != 0 && now - g->t_submit > (double)s->opts.queue_timeout_s;
+        bool drop = atomic_load(&g->cancelled) || timed_out;
+        slot *sl = NULL;
+        if (!drop && !full) {
+            sl = s->n_busy < s->n_slots ? choose_slot(s, g) : NULL;
+            if (sl == NULL) full = true; /* FIFO: nobody behind overtakes this one */
+        }
+        if (!drop && sl == NULL) {
+            prev = g;
+            link = &g->next;
+            continue;
+        }
+        *link = g->next;
+        if (s->queue_tail == g) s->queue_tail = prev;
+        s->n_queued--;
+        g->next = NULL;
+        if (drop) {
+            g->next = *dropped;
+            *dropped = g;
+            continue;
+        }
+        sl->gen = g;
+        s->n_busy++;
+        started[(*n_started)++] = sl;
+    }
+}
+
+/* Builds this step's batch: one token of every decoding slot, then prompt chunks within the token budget. */
+static uint32_t build_batch(sy_scheduler *s) {
+    uint32_t n_items = 0, budget = s->opts.batch_tokens;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[(s->rotate + i) % s->n_slots];
+        sl->step_tokens = sl->step_logits = sl->step_drafts = 0;
+        if (sl->phase != SLOT_DECODE || budget == 0) continue;
+        sl->step_tokens = 1;
+        sl->step_logits = 1;
+        budget--;
+        if (sl->spec != NULL) {
+            sl->step_drafts = slot_plan_drafts(s, sl, budget);
+            sl->step_tokens += sl->step_drafts;
+            sl->step_logits += sl->step_drafts;
+            budget -= sl->step_drafts;
+        }
+        s->item_slots[n_items++] = sl;
+    }
+    for (uint32_t i = 0; i < s->n_slots && budget > 0; i++) {
+        slot *sl = &s->slots[(s->rotate + i) % s->n_slots];
+        if (sl->phase != SLOT_PREFILL) continue;
+        uint32_t left = sl->gen->n_prompt - sl->prompt_pos;
+        uint32_t chunk = left < s->opts.prefill_chunk ? left : s->opts.prefill_chunk;
+        if (chunk > budget) chunk = budget;
+        sl->step_tokens = chunk;
+        sl->step_logits = chunk == left ? 1 : 0;
+        budget -= chunk;
+        s->item_slots[n_items++] = sl;
+    }
+    s->rotate = s->n_slots ? (s->rotate + 1) % s->n_slots : 0;
+    for (uint32_t k = 0; k < n_items; k++) {
+        slot *sl = s->item_slots[k];
+        sy_decode_item *item = &s->items[k];
+        memset(item, 0, sizeof *item);
+        item->struct_size = sizeof *item;
+        item->seq = sl->seq;
+        item->tokens = sl->phase == SLOT_DECODE ? &sl->next_token : sl->gen->prompt + sl->prompt_pos;
+        item->n_tokens = sl->step_tokens;
+        item->n_logits = sl->step_logits;
+        item->logits = sl->step_logits ? sl->logits : NULL;
+        if (sl->step_drafts > 0) {
+            item->tokens = sl->tokens + sl->n_tokens; /* next_token, then the proposals */
+            item->logits = sy_spec_seq_rows(sl->spec);
+        }
+    }
+    return n_items;
+}
+
+static sy_status run_decode(sy_scheduler *s, const sy_decode_item *items, uint32_t n_items, char *msg,
+                            size_t msg_size) {
+    sy_decode_batch batch;
+    memset(&batch, 0, sizeof batch);
+    batch.struct_size = sizeof batch;
+    batch.n_items = n_items;
+    batch.item_size = sizeof(sy_decode_item);
+    batch.items = items;
+    batch.call = &s->step_call;
+    sy_status st = s->lm->engine->decode(s->lm->model, &batch);
+    if (st != SY_OK) snprintf(msg, msg_size, "%s", s->lm->engine->error_message());
+    return st;
+}
+
+/* After a successful decode of this slot's part: mirror the tokens, move on. */
+static void slot_advance(sy_scheduler *s, slot *sl, const sy_decode_item *item) {
+    if (sl->phase == SLOT_DECODE && sl->step_drafts > 0) {
+        slot_verify_drafts(s, sl, sl->step_drafts);
+        return;
+    }
+    slot_mirror_append(sl, item->tokens, item->n_tokens);
+    if (sl->phase == SLOT_PREFILL) {
+        sl->prompt_pos += item->n_tokens;
+        pthread_mutex_lock(&s->lock);
+        s->stats.tokens_prefilled += item->n_tokens;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (item->n_logits > 0) slot_sample(s, sl);
+}
+
+/* One step: decode the batch, then sample and emit. */
+static void step(sy_scheduler *s) {
+    uint32_t n_items = build_batch(s);
+    if (n_items == 0) return;
+
+    /* Mark the generations as in this decode, so cancelling one interrupts it. */
+    bool any_cancelled = false;
+    pthread_mutex_lock(&s->lock);
+    sy_host_call_init(&s->step_call);
+    for (uint32_t k = 0; k < n_items; k++) {
+        s->item_slots[k]->gen->in_batch = true;
+        if (atomic_load(&s->item_slots[k]->gen->cancelled)) any_cancelled = true;
+    }
+    if (s->stopping || any_cancelled) sy_host_call_cancel(&s->step_call);
+    pthread_mutex_unlock(&s->lock);
+
+    char msg[512] = "";
+    double t_decode = sy_now_seconds();
+    sy_status st = run_decode(s, s->items, n_items, msg, sizeof msg);
+    if (st == SY_OK) note_decode_timing(s, n_items, sy_now_seconds() - t_decode);
+
+    pthread_mutex_lock(&s->lock);
+    s->stats.decode_calls++;
+    if (n_items > s->stats.max_batch_items) s->stats.max_batch_items = n_items;
+    for (uint32_t k = 0; k < n_items; k++) s->item_slots[k]->gen->in_batch = false;
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+
+    if (st == SY_ERR_CANCELLED) {
+        /* Nothing changed; the cancelled generations end in the loop, the others run again next step. */
+        if (!stopping && !any_cancelled) {
+            bool reason = false;
+            for (uint32_t k = 0; k < n_items; k++)
+                if (atomic_load(&s->item_slots[k]->gen->cancelled)) reason = true;
+            if (!reason && ++s->spurious_cancels >= SY_SCHED_MAX_SPURIOUS_CANCELS) {
+                for (uint32_t k = 0; k < n_items; k++) engine_failure(s, s->item_slots[k], st, msg);
+                s->spurious_cancels = 0;
+            }
+        }
+        return;
+    }
+    s->spurious_cancels = 0;
+    if (st == SY_OK) {
+        for (uint32_t k = 0; k < n_items; k++) slot_advance(s, s->item_slots[k], &s->items[k]);
+        return;
+    }
+    /* Out of (KV) memory: the parked sequences of the host prefix cache only save prefill, so they give way to the
+     * requests and the step runs again (a failed decode leaves the sequences as they were). */
+    if (st == SY_ERR_OUT_OF_MEMORY && s->n_parked > 0) {
+        sy_log(SY_LOG_INFO, "scheduler: the engine is out of memory (%s): dropping the %u parked sequences of the "
+               "host prefix cache", msg, (unsigned)s->n_parked);
+        while (s->parked_list != NULL) parked_free(s, s->parked_list);
+        parked_stats(s);
+        return;
+    }
+    /* The batch failed as a whole: find whose part fails by decoding each alone, so one bad request does not
+     * take the others down. */
+    if (n_items == 1) {
+        slot *sl = s->item_slots[0];
+        if (st == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
+        else engine_failure(s, sl, st, msg);
+        return;
+    }
+    for (uint32_t k = 0; k < n_items; k++) {
+        slot *sl = s->item_slots[k];
+        if (atomic_load(&sl->gen->cancelled)) continue; /* ends in the loop */
+        char one_msg[512] = "";
+        sy_status one = run_decode(s, &s->items[k], 1, one_msg, sizeof one_msg);
+        if (one == SY_OK) slot_advance(s, sl, &s->items[k]);
+        else if (one == SY_ERR_CANCELLED) continue;
+        else if (one == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
+        else engine_failure(s, sl, one, one_msg);
+    }
+}
+
+/* Snapshot hooks, at the end of the file. */
+static void run_tasks(sy_scheduler *s);
+static void drop_tasks(sy_scheduler *s);
+
+static void *engine_loop(void *arg) {
+    sy_scheduler *s = arg;
+    slot **started = sy_xcalloc(s->n_slots, sizeof *started);
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->stopping && s->n_busy == 0 && s->queue_head == NULL && s->tasks == NULL)
+            pthread_cond_wait(&s->wake, &s->lock);
+        if (s->stopping) break;
+        sy_gen *dropped = NULL;
+        uint32_t n_started = 0;
+        take_queued(s, &dropped, started, &n_started);
+        pthread_mutex_unlock(&s->lock);
+
+        while (dropped != NULL) {
+            sy_gen *g = dropped;
+            dropped = g->next;
+            if (atomic_load(&g->cancelled)) {
+                emit_end(g, "cancelled", NULL);
+            } else {
+                char msg[128];
+                snprintf(msg, sizeof msg, "timed out after %u s waiting for a free slot",
+                         (unsigned)s->opts.queue_timeout_s);
+                emit_end(g, NULL, msg);
+            }
+        }
+        for (uint32_t i = 0; i < n_started; i++) {
+            slot *sl = started[i];
+            char msg[600];
+            if (slot_start(s, sl, sl->gen, msg, sizeof msg) != 0) {
+                slot_finish(s, sl, NULL, msg);
+                continue;
+            }
+            pthread_mutex_lock(&s->lock);
+            s->stats.tokens_cached += sl->gen->usage.cached_tokens;
+            pthread_mutex_unlock(&s->lock);
+        }
+        for (uint32_t i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->phase != SLOT_FREE && atomic_load(&sl->gen->cancelled)) slot_finish(s, sl, "cancelled", NULL);
+        }
+        run_tasks(s);
+        step(s);
+
+        pthread_mutex_lock(&s->lock);
+    }
+    /* Shutting down: everything still here ends as cancelled. */
+    drop_tasks(s);
+    sy_gen *queued = s->queue_head;
+    s->queue_head = s->queue_tail = NULL;
+    s->n_queued = 0;
+    pthread_mutex_unlock(&s->lock);
+    while (queued != NULL) {
+        sy_gen *g = queued;
+        queued = g->next;
+        emit_end(g, "cancelled", NULL);
+    }
+    for (uint32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].phase != SLOT_FREE) slot_finish(s, &s->slots[i], "cancelled", NULL);
+    free(started);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Lifetime and counters */
+
+sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_options *opts) {
+    if (lm == NULL || lm->engine == NULL || lm->model == NULL || opts == NULL) return NULL;
+    sy_scheduler *s = sy_xcalloc(1, sizeof *s);
+    s->lm = lm;
+    s->opts = *opts;
+    s->n_vocab = lm->info.n_vocab;
+    s->n_ctx = lm->info.n_ctx;
+    if (s->opts.parallel == 0) s->opts.parallel = 1;
+    if (lm->info.max_sequences != 0 && s->opts.parallel > lm->info.max_sequences) {
+        sy_log(SY_LOG_WARN, "scheduler: the engine allows %u sequences; using %u slots instead of %u",
+               (unsigned)lm->info.max_sequences, (unsigned)lm->info.max_sequences, (unsigned)s->opts.parallel);
+        s->opts.parallel = lm->info.max_sequences;
+    }
+    if (s->opts.prefill_chunk == 0) s->opts.prefill_chunk = SY_SCHED_DEFAULT_PREFILL_CHUNK;
+    if (s->opts.batch_tokens == 0) s->opts.batch_tokens = SY_SCHED_DEFAULT_BATCH_TOKENS;
+    /* Every decoding slot needs its one token in a step. */
+    if (s->opts.batch_tokens < s->opts.parallel) s->opts.batch_tokens = s->opts.parallel;
+    s->n_slots = s->opts.parallel;
+    s->slots = sy_xcalloc(s->n_slots, sizeof *s->slots);
+    for (uint32_t i = 0; i < s->n_slots; i++) s->slots[i].index = i;
+    s->items = sy_xcalloc(s->n_slots, sizeof *s->items);
+    s->cache = sy_prefix_cache_create();
+    s->item_slots = sy_xcalloc(s->n_slots, sizeof *s->item_slots);
+    sy_host_call_init(&s->step_call);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_cond_init(&s->wake, &attr);
+    pthread_cond_init(&s->task_done, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&s->thread, NULL, engine_loop, s) != 0) {
+        sy_log(SY_LOG_ERROR, "scheduler: cannot start the engine loop thread");
+        pthread_cond_destroy(&s->wake);
+        pthread_cond_destroy(&s->task_done);
+        pthread_mutex_destroy(&s->lock);
+        free(s->items);
+        free(s->item_slots);
+        free(s->slots);
+        sy_prefix_cache_free(s->cache);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sy_scheduler_destroy(sy_scheduler *s) {
+    if (s == NULL) return;
+    if (sy_scheduler_on_loop_thread(s)) {
+        /* From a callback: the loop would be freed under itself. A caller's bug, never to be survived silently. */
+        sy_log(SY_LOG_ERROR, "scheduler: destroy called from its own engine loop (an event callback)");
+        abort();
+    }
+    sy_scheduler_stop(s);
+    while (s->parked_list != NULL) parked_free(s, s->parked_list);
+    sy_prefix_cache_free(s->cache);
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        slot_drop_sequence(s, &s->slots[i]);
+        sy_spec_seq_free(s->slots[i].spec);
+        free(s->slots[i].tokens);
+        free(s->slots[i].logits);
+    }
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->task_done);
+    pthread_mutex_destroy(&s->lock);
+    free(s->slots);
+    free(s->items);
+    free(s->item_slots);
+    free(s->piece);
+    free(s);
+}
+
+void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (s == NULL) return;
+    pthread_mutex_lock(&s->lock);
+    *out = s->stats;
+    out->slots_busy = s->n_busy;
+    out->queue_depth = s->n_queued;
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool sy_scheduler_on_loop_thread(const sy_scheduler *s) {
+    return s != NULL && pthread_equal(pthread_self(), s->thread);
+}
+
+bool sy_scheduler_full(sy_scheduler *s) {
+    if (s == NULL) return false;
+    pthread_mutex_lock(&s->lock);
+    bool full = (uint64_t)s->n_busy + s->n_queued >= (uint64_t)s->n_slots + s->opts.max_queue;
+    pthread_mutex_unlock(&s->lock);
+    return full;
+}
+
+bool sy_scheduler_idle(sy_scheduler *s) {
+    if (s == NULL) return true;
+    pthread_mutex_lock(&s->lock);
+    bool idle = s->n_busy == 0 && s->n_queued == 0;
+    pthread_mutex_unlock(&s->lock);
+    return idle;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Snapshot hooks (host/snapshot_store.c, host/api_slots.c): tasks on the loop thread, stopping without freeing,
+ * reading and replacing the sequences of slots and of the host prefix cache. */
+
+typedef struct sched_task {
+    void (*fn)(sy_scheduler *s, void *user);
+    void *user;
+    bool finished, ran;
+    struct sched_task *next;
+} sched_task;
+
+/* Loop thread, no lock held: runs the tasks waiting now, in order. */
+static void run_tasks(sy_scheduler *s) {
+    pthread_mutex_lock(&s->lock);
+    sched_task *t = s->tasks;
+    s->tasks = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (t != NULL) {
+        sched_task *next = t->next; /* t lives on its caller's stack until `finished` */
+        t->fn(s, t->user);
+        pthread_mutex_lock(&s->lock);
+        t->ran = t->finished = true;
+        pthread_cond_broadcast(&s->task_done);
+        pthread_mutex_unlock(&s->lock);
+        t = next;
+    }
+}
+
+/* Lock held, the loop ending: tasks still waiting are answered "not run". */
+static void drop_tasks(sy_scheduler *s) {
+    for (sched_task *t = s->tasks, *next; t != NULL; t = next) {
+        next = t->next;
+        t->finished = true;
+    }
+    s->tasks = NULL;
+    pthread_cond_broadcast(&s->task_done);
+}
+
+int sy_scheduler_run_task(sy_scheduler *s, void (*fn)(sy_scheduler *s, void *user), void *user) {
+    if (s == NULL || fn == NULL || sy_scheduler_on_loop_thread(s)) return -1;
+    sched_task t = {fn, user, false, false, NULL};
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        return -1;
+    }
+    sched_task **link = &s->tasks;
+    while (*link != NULL) link = &(*link)->next;
+    *link = &t;
+    pthread_cond_signal(&s->wake);
+    while (!t.finished) pthread_cond_wait(&s->task_done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    return t.ran ? 0 : -1;
+}
+
+void sy_scheduler_stop(sy_scheduler *s) {
+    if (s == NULL || s->joined) return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    sy_host_call_cancel(&s->step_call);
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    s->joined = true;
+}
+
+uint32_t sy_scheduler_slot_count(const sy_scheduler *s) { return s != NULL ? s->n_slots : 0; }
+
+bool sy_scheduler_get_slot(sy_scheduler *s, uint32_t index, sy_sched_sequence *out) {
+    if (s == NULL || out == NULL || index >= s->n_slots) return false;
+    slot *sl = &s->slots[index];
+    memset(out, 0, sizeof *out);
+    out->slot = (int32_t)index;
+    pthread_mutex_lock(&s->lock);
+    out->busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    out->seq = sl->seq;
+    out->tokens = sl->seq != NULL ? sl->tokens : NULL;
+    out->n_tokens = sl->seq != NULL ? sl->n_tokens : 0;
+    out->last_used = sl->last_used;
+    return true;
+}
+
+size_t sy_scheduler_get_parked(sy_scheduler *s, sy_sched_sequence *out, size_t cap) {
+    if (s == NULL) return 0;
+    size_t n = 0;
+    for (parked *p = s->parked_list; p != NULL; p = p->next, n++) {
+        if (out == NULL || n >= cap) continue;
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].slot = -1;
+        out[n].seq = p->seq;
+        out[n].tokens = sy_prefix_entry_tokens(p->entry);
+        out[n].n_tokens = sy_prefix_entry_length(p->entry);
+        out[n].last_used = p->last_used;
+    }
+    return n;
+}
+
+/* Into the host prefix cache, within its budget (least recently used parked sequences go first). */
+static int adopt_parked(sy_scheduler *s, sy_seq *seq, const int32_t *tokens, uint32_t n) {
+    if (s->opts.cache_tokens == 0 || n > s->opts.cache_tokens) return -1;
+    uint32_t max_sequences = s->lm->info.max_sequences;
+    if (max_sequences != 0 && (uint64_t)s->n_slots + s->n_parked + 1 > max_sequences) return -1;
+    if (sy_prefix_cache_longest(s->cache, tokens, n, NULL) == n) return -1; /* held already */
+    while (s->parked_tokens + n > s->opts.cache_tokens) {
+        parked *lru = NULL;
+        for (parked *p = s->parked_list; p != NULL; p = p->next)
+            if (lru == NULL || p->last_used < lru->last_used) lru = p;
+        if (lru == NULL) return -1;
+        parked_free(s, lru);
+    }
+    parked *p = sy_xcalloc(1, sizeof *p);
+    p->seq = seq;
+    p->entry = sy_prefix_cache_insert(s->cache, tokens, n, p);
+    p->last_used = sy_now_seconds();
+    p->next = s->parked_list;
+    if (p->next) p->next->prev = p;
+    s->parked_list = p;
+    s->parked_tokens += n;
+    s->n_parked++;
+    parked_stats(s);
+    return 0;
+}
+
+int sy_scheduler_adopt_sequence(sy_scheduler *s, int32_t index, sy_seq *seq, const int32_t *tokens,
+                                uint32_t n_tokens) {
+    if (s == NULL || seq == NULL || tokens == NULL || n_tokens == 0 || n_tokens > s->n_ctx) return -1;
+    for (uint32_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->n_vocab) return -1;
+    if (index < 0) return adopt_parked(s, seq, tokens, n_tokens);
+    if ((uint32_t)index >= s->n_slots) return -1;
+    slot *sl = &s->slots[index];
+    pthread_mutex_lock(&s->lock);
+    bool busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (busy) return -1;
+    slot_drop_sequence(s, sl);
+    sl->seq = seq;
+    sl->n_tokens = 0;
+    slot_mirror_append(sl, tokens, n_tokens);
+    sl->last_used = sy_now_seconds();
+    return 0;
+}
+
+long sy_scheduler_erase_slot(sy_scheduler *s, uint32_t index) {
+    if (s == NULL || index >= s->n_slots) return -1;
+    slot *sl = &s->slots[index];
+    pthread_mutex_lock(&s->lock);
+    bool busy = sl->gen != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (busy) return -1;
+    long n = sl->seq != NULL ? (long)sl->n_tokens : 0;
+    slot_drop_sequence(s, sl);
+    return n;
+}

@@ -1,0 +1,665 @@
+/* The HTTP server on libmicrohttpd: listening socket, routes, bodies, API keys, CORS, responses, stop. */
+#include "http/http_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/utf8.h"
+#include "base/util.h"
+
+/* How long a stop waits for cancelled generations to finish their responses. */
+#define SY_SERVER_STOP_GRACE_S 5.0
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Routes */
+
+static bool route_matches_path(const sy_http_route *rt, const char *path, const char **param) {
+    if (rt->prefix) {
+        size_t n = strlen(rt->path);
+        if (strncmp(path, rt->path, n) != 0 || path[n] == '\0') return false;
+        *param = path + n;
+        return true;
+    }
+    if (strcmp(path, rt->path) != 0) return false;
+    *param = "";
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Server and request state */
+
+typedef struct track_entry {
+    uint64_t id;
+    void (*cancel)(void *arg);
+    void *arg;
+    struct track_entry *next;
+} track_entry;
+
+struct sy_server {
+    struct MHD_Daemon *daemon;
+    int listen_fd;
+    char url[320];
+    uint16_t port;
+    uint64_t max_body;
+    unsigned idle_timeout_s;
+    sy_server_options opts; /* routes, app and hooks */
+    pthread_mutex_t lock; /* tracked work */
+    track_entry *tracked;
+    uint64_t next_track;
+    atomic_bool stopping;
+};
+
+struct sy_http_request {
+    sy_server *server;
+    struct MHD_Connection *conn;
+    char method[16];
+    char *path;
+    const sy_http_route *route;
+    const char *path_param;
+    sy_api_style style;
+    sy_buf body;
+    bool body_too_large;
+    bool responded;
+    int status;
+    bool keep_open;
+    double t_start;
+    int fd;
+};
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Listening address */
+
+int sy_parse_listen_address(const char *s, char *host, size_t host_size, uint16_t *port, char *err,
+                            size_t err_size) {
+    if (s == NULL || *s == '\0') {
+        snprintf(err, err_size, "listen address is empty; expected HOST:PORT such as 127.0.0.1:8080");
+        return -1;
+    }
+    const char *host_start, *host_end, *port_str;
+    if (s[0] == '[') {
+        host_start = s + 1;
+        host_end = strchr(host_start, ']');
+        if (host_end == NULL || host_end[1] != ':') {
+            snprintf(err, err_size, "listen address '%.200s': expected [IPV6]:PORT", s);
+            return -1;
+        }
+        port_str = host_end + 2;
+    } else {
+        const char *colon = strrchr(s, ':');
+        if (colon == NULL) {
+            snprintf(err, err_size, "listen address '%.200s': expected HOST:PORT such as 127.0.0.1:8080", s);
+            return -1;
+        }
+        host_start = s;
+        host_end = colon;
+        if (memchr(host_start, ':', (size_t)(host_end - host_start)) != NULL) {
+            snprintf(err, err_size, "listen address '%.200s': write an IPv6 address in brackets, [::1]:8080", s);
+            return -1;
+        }
+        port_str = colon + 1;
+    }
+    size_t host_len = (size_t)(host_end - host_start);
+    if (host_len == 0) {
+        snprintf(err, err_size,
+                 "listen address '%.200s': the host is missing (127.0.0.1 for this machine only, 0.0.0.0 for every "
+                 "interface)",
+                 s);
+        return -1;
+    }
+    if (host_len >= host_size) {
+        snprintf(err, err_size, "listen address '%.200s': the host is too long", s);
+        return -1;
+    }
+    uint64_t p;
+    bool digits = port_str[0] != '\0' && strspn(port_str, "0123456789") == strlen(port_str);
+    if (!digits || sy_parse_u64(port_str, 65535, &p) != 0) {
+        snprintf(err, err_size, "listen address '%.200s': the port must be a number from 0 to 65535", s);
+        return -1;
+    }
+    memcpy(host, host_start, host_len);
+    host[host_len] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+}
+
+static int open_listen_socket(const char *host, uint16_t port, uint16_t *bound_port, bool *is_v6, char *err,
+                              size_t err_size) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port_str[8];
+    snprintf(port_str, sizeof port_str, "%u", (unsigned)port);
+    int rc = getaddrinfo(host, port_str, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, err_size, "cannot resolve listen host '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+            *is_v6 = ai->ai_family == AF_INET6;
+            break;
+        }
+        last_errno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(err, err_size, "cannot listen on %s:%u: %s", host, (unsigned)port, strerror(last_errno));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+        snprintf(err, err_size, "getsockname: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (ss.ss_family == AF_INET6) *bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    else *bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Config snapshots and tracked work */
+
+uint64_t sy_server_track(sy_server *s, void (*cancel)(void *arg), void *arg) {
+    pthread_mutex_lock(&s->lock);
+    if (atomic_load(&s->stopping)) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    track_entry *t = sy_xcalloc(1, sizeof *t);
+    t->id = ++s->next_track;
+    t->cancel = cancel;
+    t->arg = arg;
+    t->next = s->tracked;
+    s->tracked = t;
+    pthread_mutex_unlock(&s->lock);
+    return t->id;
+}
+
+void sy_server_untrack(sy_server *s, uint64_t handle) {
+    if (handle == 0) return;
+    pthread_mutex_lock(&s->lock);
+    for (track_entry **pp = &s->tracked; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == handle) {
+            track_entry *t = *pp;
+            *pp = t->next;
+            free(t);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool sy_server_stopping(const sy_server *s) { return atomic_load(&((sy_server *)s)->stopping); }
+const char *sy_server_url(const sy_server *s) { return s->url; }
+uint16_t sy_server_port(const sy_server *s) { return s->port; }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Request accessors */
+
+sy_server *sy_http_server(const sy_http_request *r) { return r->server; }
+void *sy_http_app(const sy_http_request *r) { return r->server->opts.app; }
+const char *sy_http_method(const sy_http_request *r) { return r->method; }
+const char *sy_http_path(const sy_http_request *r) { return r->path; }
+const char *sy_http_path_param(const sy_http_request *r) { return r->path_param ? r->path_param : ""; }
+sy_api_style sy_http_style(const sy_http_request *r) { return r->style; }
+double sy_http_start_time(const sy_http_request *r) { return r->t_start; }
+int sy_http_client_fd(const sy_http_request *r) { return r->fd; }
+
+const char *sy_http_body(const sy_http_request *r, size_t *len) {
+    if (len) *len = r->body.len;
+    return r->body.data ? r->body.data : "";
+}
+
+const char *sy_http_query(const sy_http_request *r, const char *key) {
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *sy_http_header(const sy_http_request *r, const char *key) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+bool sy_http_client_gone(const sy_http_request *r) {
+    if (r->fd < 0) return false;
+    struct pollfd p = {.fd = r->fd, .events = POLLRDHUP};
+    int n = poll(&p, 1, 0);
+    if (n < 0) return errno != EINTR;
+    return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+void sy_http_keep_open(sy_http_request *r) {
+    if (r->keep_open) return;
+    r->keep_open = true;
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)0);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Responses */
+
+const char *sy_http_status_text(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Content Too Large";
+    case 429: return "Too Many Requests";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "OK";
+    }
+}
+
+static int queue_response(sy_http_request *r, int status, struct MHD_Response *resp) {
+    if (resp == NULL) {
+        sy_log(SY_LOG_ERROR, "%s %s: could not create a response", r->method, r->path);
+        return -1;
+    }
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    r->status = status;
+    if (ok != MHD_YES) {
+        sy_log(SY_LOG_WARN, "%s %s: could not queue the %d response", r->method, r->path, status);
+        return -1;
+    }
+    return 0;
+}
+
+static bool already_responded(sy_http_request *r) {
+    if (!r->responded) return false;
+    sy_log(SY_LOG_ERROR, "%s %s: a second response was attempted (ignored)", r->method, r->path);
+    return true;
+}
+
+int sy_http_respond(sy_http_request *r, int status, const char *content_type, const char *body, size_t len) {
+    if (already_responded(r)) return -1;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (resp && content_type) MHD_add_response_header(resp, "Content-Type", content_type);
+    return queue_response(r, status, resp);
+}
+
+int sy_http_respond_json(sy_http_request *r, int status, cJSON *json) {
+    char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+    cJSON_Delete(json);
+    if (text == NULL) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        return sy_http_respond(r, 500, "application/json", oom, sizeof oom - 1);
+    }
+    int rc = sy_http_respond(r, status, "application/json", text, strlen(text));
+    cJSON_free(text);
+    return rc;
+}
+
+static const char *openai_error_type(int status) {
+    if (status == 429) return "rate_limit_error";
+    if (status >= 500) return "server_error";
+    return "invalid_request_error";
+}
+
+/* The error body in a style (also used for errors raised before a route is known). */
+static cJSON *error_json(sy_api_style style, int status, const char *code, const char *param, const char *message) {
+    cJSON *json = cJSON_CreateObject();
+    if (style == SY_API_STYLE_OLLAMA) {
+        cJSON_AddStringToObject(json, "error", message);
+        return json;
+    }
+    cJSON *err = cJSON_AddObjectToObject(json, "error");
+    cJSON_AddStringToObject(err, "message", message);
+    cJSON_AddStringToObject(err, "type", openai_error_type(status));
+    if (param) cJSON_AddStringToObject(err, "param", param);
+    else cJSON_AddNullToObject(err, "param");
+    if (code) cJSON_AddStringToObject(err, "code", code);
+    else cJSON_AddNullToObject(err, "code");
+    return json;
+}
+
+static int respond_error_with_header(sy_http_request *r, int status, const char *code, const char *param,
+                                     const char *header, const char *header_value, const char *message) {
+    if (already_responded(r)) return -1;
+    char safe[1100];
+    sy_utf8_sanitize(safe, sizeof safe, message, strlen(message));
+    char safe_param[64];
+    if (param) sy_utf8_sanitize(safe_param, sizeof safe_param, param, strlen(param));
+    cJSON *json = error_json(r->style, status, code, param ? safe_param : NULL, safe);
+    char *text = cJSON_PrintUnformatted(json);
+    cJSON_Delete(json);
+    if (text == NULL) return sy_http_respond(r, 500, "text/plain", "out of memory", 13);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+    cJSON_free(text);
+    if (resp) {
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        if (header) MHD_add_response_header(resp, header, header_value);
+    }
+    if (status >= 500) sy_log(SY_LOG_WARN, "%s %s: %d %s", r->method, r->path, status, safe);
+    else sy_log(SY_LOG_DEBUG, "%s %s: %d %s", r->method, r->path, status, safe);
+    return queue_response(r, status, resp);
+}
+
+int sy_http_respond_error(sy_http_request *r, int status, const char *code, const char *param, const char *fmt,
+                          ...) {
+    char message[1100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return respond_error_with_header(r, status, code, param, NULL, NULL, message);
+}
+
+typedef struct stream_adapter {
+    sy_http_reader reader;
+    void *cls;
+    void (*free_cls)(void *cls);
+} stream_adapter;
+
+static ssize_t stream_adapter_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_adapter *a = cls;
+    ssize_t n = a->reader(a->cls, buf, max);
+    if (n == SY_HTTP_STREAM_END) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n <= 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n;
+}
+
+static void stream_adapter_free(void *cls) {
+    stream_adapter *a = cls;
+    if (a->free_cls) a->free_cls(a->cls);
+    free(a);
+}
+
+int sy_http_respond_stream(sy_http_request *r, const char *content_type, sy_http_reader reader, void *cls,
+                           void (*free_cls)(void *cls)) {
+    if (already_responded(r)) {
+        if (free_cls) free_cls(cls);
+        return -1;
+    }
+    stream_adapter *a = sy_xcalloc(1, sizeof *a);
+    a->reader = reader;
+    a->cls = cls;
+    a->free_cls = free_cls;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_adapter_read, a, stream_adapter_free);
+    if (resp == NULL) {
+        stream_adapter_free(a);
+        sy_log(SY_LOG_ERROR, "%s %s: could not create a streamed response", r->method, r->path);
+        return -1;
+    }
+    MHD_add_response_header(resp, "Content-Type", content_type);
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    sy_http_keep_open(r);
+    return queue_response(r, 200, resp);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Request handling */
+
+/* The Access-Control-Request-Headers value if it is a plain list of header names, else a safe default. */
+static const char *preflight_headers(const char *asked) {
+    static const char fallback[] = "Authorization, Content-Type";
+    if (asked == NULL || *asked == '\0' || strlen(asked) > 512) return fallback;
+    for (const char *p = asked; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == ',' || c == ' '))
+            return fallback;
+    }
+    return asked;
+}
+
+static void respond_preflight(sy_http_request *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                preflight_headers(sy_http_header(r, "Access-Control-Request-Headers")));
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    }
+    queue_response(r, 204, resp);
+}
+
+static unsigned method_bit(const char *method) {
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) return SY_HTTP_GET;
+    if (strcmp(method, "POST") == 0) return SY_HTTP_POST;
+    return 0;
+}
+
+/* Find the route; on failure answer 404 or 405 and return NULL. */
+static const sy_http_route *find_route(sy_http_request *r) {
+    unsigned bit = method_bit(r->method);
+    unsigned allowed = 0;
+    const sy_http_route *routes = r->server->opts.routes;
+    for (size_t i = 0; i < r->server->opts.n_routes; i++) {
+        const char *param;
+        if (!route_matches_path(&routes[i], r->path, &param)) continue;
+        if (routes[i].methods & bit) {
+            r->path_param = param;
+            r->style = routes[i].style;
+            return &routes[i];
+        }
+        allowed |= routes[i].methods;
+    }
+    if (allowed != 0) {
+        char allow[64];
+        snprintf(allow, sizeof allow, "%s%sOPTIONS", (allowed & SY_HTTP_GET) ? "GET, HEAD, " : "",
+                 (allowed & SY_HTTP_POST) ? "POST, " : "");
+        char msg[400];
+        char safe_method[20];
+        sy_utf8_sanitize(safe_method, sizeof safe_method, r->method, strlen(r->method));
+        snprintf(msg, sizeof msg, "method %s is not allowed on %.200s (allowed: %s)", safe_method, r->path, allow);
+        respond_error_with_header(r, 405, "method_not_allowed", NULL, "Allow", allow, msg);
+        return NULL;
+    }
+    sy_http_respond_error(r, 404, "not_found", NULL, "no such endpoint: %.200s", r->path);
+    return NULL;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls) {
+    (void)version;
+    sy_server *s = cls;
+    sy_http_request *r = *con_cls;
+    if (r == NULL) {
+        r = sy_xcalloc(1, sizeof *r);
+        r->server = s;
+        r->conn = conn;
+        r->t_start = sy_now_seconds();
+        snprintf(r->method, sizeof r->method, "%s", method ? method : "");
+        r->path = sy_strdup(url ? url : "/");
+        r->style = strncmp(r->path, "/api/", 5) == 0 ? SY_API_STYLE_OLLAMA : SY_API_STYLE_OPENAI;
+        sy_buf_init(&r->body);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        r->fd = ci ? ci->connect_fd : -1;
+        *con_cls = r;
+
+        if (strcmp(r->method, "OPTIONS") == 0) {
+            respond_preflight(r);
+            return MHD_YES;
+        }
+        r->route = find_route(r);
+        if (r->route == NULL) return MHD_YES;
+        if (atomic_load(&s->stopping)) {
+            sy_http_respond_error(r, 503, "server_stopping", NULL, "the server is shutting down");
+            return MHD_YES;
+        }
+        char msg[200];
+        if (!r->route->open && s->opts.authorize && s->opts.authorize(s->opts.app, r, msg, sizeof msg) != 0) {
+            respond_error_with_header(r, 401, "invalid_api_key", NULL, "WWW-Authenticate", "Bearer", msg);
+            return MHD_YES;
+        }
+        const char *length = sy_http_header(r, "Content-Length");
+        uint64_t declared;
+        if (length != NULL && sy_parse_u64(length, UINT64_MAX, &declared) == 0 && declared > s->max_body) {
+            sy_http_respond_error(r, 413, "request_too_large", NULL,
+                                  "the request body has %llu bytes; this server accepts at most %llu",
+                                  (unsigned long long)declared, (unsigned long long)s->max_body);
+            return MHD_YES;
+        }
+        return MHD_YES;
+    }
+    if (r->responded) {
+        /* Answered early (error): the rest of the body is discarded. */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!r->body_too_large) {
+            if (*upload_data_size > s->max_body - r->body.len) {
+                r->body_too_large = true;
+                sy_buf_free(&r->body);
+            } else {
+                sy_buf_append(&r->body, upload_data, *upload_data_size);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->body_too_large) {
+        sy_http_respond_error(r, 413, "request_too_large", NULL, "the request body is larger than %llu bytes",
+                              (unsigned long long)s->max_body);
+        return MHD_YES;
+    }
+    r->route->handler(r);
+    if (!r->responded) sy_http_respond_error(r, 500, "internal_error", NULL, "the handler gave no response");
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)toe;
+    sy_server *s = cls;
+    sy_http_request *r = *con_cls;
+    if (r == NULL) return;
+    if (r->responded && s->opts.on_done)
+        s->opts.on_done(s->opts.app,
+                        r->route ? r->route->label : strcmp(r->method, "OPTIONS") == 0 ? "preflight" : "other",
+                        r->status);
+    if (r->keep_open && s->idle_timeout_s > 0)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->idle_timeout_s);
+    sy_buf_free(&r->body);
+    free(r->path);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    sy_log(SY_LOG_DEBUG, "http: %s", line);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Start and stop */
+
+sy_server *sy_server_start(const sy_server_options *opts, char *err, size_t err_size) {
+    if (opts == NULL || opts->routes == NULL || opts->n_routes == 0) {
+        snprintf(err, err_size, "the HTTP server needs a route table");
+        return NULL;
+    }
+    const char *listen_addr = (opts->listen) ? opts->listen : SY_SERVER_DEFAULT_LISTEN;
+    char host[256];
+    uint16_t port;
+    if (sy_parse_listen_address(listen_addr, host, sizeof host, &port, err, err_size) != 0) return NULL;
+    uint16_t bound = 0;
+    bool v6 = false;
+    int fd = open_listen_socket(host, port, &bound, &v6, err, err_size);
+    if (fd < 0) return NULL;
+
+    sy_server *s = sy_xcalloc(1, sizeof *s);
+    s->listen_fd = fd;
+    s->port = bound;
+    s->opts = *opts;
+    s->max_body = (opts->max_request_body) ? opts->max_request_body : SY_SERVER_DEFAULT_MAX_BODY;
+    s->idle_timeout_s = (opts->idle_timeout_s) ? opts->idle_timeout_s : SY_SERVER_DEFAULT_IDLE_TIMEOUT_S;
+    unsigned max_conn = (opts->max_connections) ? opts->max_connections : SY_SERVER_DEFAULT_MAX_CONNECTIONS;
+    pthread_mutex_init(&s->lock, NULL);
+    atomic_init(&s->stopping, false);
+    snprintf(s->url, sizeof s->url, v6 ? "http://[%s]:%u" : "http://%s:%u", host, (unsigned)bound);
+
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (v6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->idle_timeout_s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)max_conn, MHD_OPTION_NOTIFY_COMPLETED,
+                                 on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        snprintf(err, err_size, "libmicrohttpd could not start on %s", listen_addr);
+        close(fd);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sy_server_stop(sy_server *s) {
+    if (s == NULL) return;
+    pthread_mutex_lock(&s->lock);
+    atomic_store(&s->stopping, true);
+    /* Cancel under the lock so no entry can be freed meanwhile; generations then end with DONE "cancelled". */
+    for (track_entry *t = s->tracked; t; t = t->next) t->cancel(t->arg);
+    pthread_mutex_unlock(&s->lock);
+    MHD_socket quiesced = MHD_quiesce_daemon(s->daemon);
+    /* Let the cancelled generations end their responses properly (a final error event, a closing chunk)
+     * before the connections are torn down; bounded, in case an engine step is slow. */
+    double deadline = sy_now_seconds() + SY_SERVER_STOP_GRACE_S;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        bool idle = s->tracked == NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (idle || sy_now_seconds() > deadline) break;
+        struct timespec ms20 = {0, 20 * 1000 * 1000};
+        nanosleep(&ms20, NULL);
+    }
+    MHD_stop_daemon(s->daemon); /* waits for every connection's thread */
+    if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
+    pthread_mutex_lock(&s->lock);
+    track_entry *t = s->tracked;
+    s->tracked = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (t) {
+        track_entry *next = t->next;
+        free(t);
+        t = next;
+    }
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

@@ -1,0 +1,35 @@
+/* A model loaded through an engine plugin. */
+#ifndef SY_HOST_LOADED_MODEL_H
+#define SY_HOST_LOADED_MODEL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plugins/host_api.h"
+#include "plugins/plugin_loader.h"
+
+typedef struct sy_loaded_model {
+    const sy_plugin *plugin;
+    const sy_engine_api *engine;
+    sy_model *model;
+    sy_model_info info;
+} sy_loaded_model;
+
+/* Load `path` with `plugin_name`, or, when plugin_name is NULL, with the first engine plugin whose probe accepts
+ * it. On failure returns -1 with one line in err naming the plugin and its reason. */
+int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                         const sy_option *options, size_t n_options, sy_loaded_model *out, char *err,
+                         size_t err_size);
+void sy_loaded_model_close(sy_loaded_model *lm);
+
+/* Tokenize with the plugin's buffer protocol; returns a malloc'd array (count in *n) or NULL with err set. */
+int32_t *sy_loaded_model_tokenize(const sy_loaded_model *lm, const char *text, size_t len, uint32_t flags,
+                                  size_t *n, char *err, size_t err_size);
+/* A token's bytes into buf (grown as needed); returns the length or -1. */
+long sy_loaded_model_token_bytes(const sy_loaded_model *lm, int32_t token, char **buf, size_t *cap);
+
+/* Publish the model under name for drafters (sy_host_publish_model). */
+int sy_loaded_model_publish(const char *name, const sy_loaded_model *lm);
+
+#endif
