@@ -12,12 +12,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
-
 #include "api/context.h"
-#include "api/metrics.h"
-#include "api/request.h"
-#include "base/buf.h"
-#include "base/log.h"
 #include "base/utf8.h"
 #include "base/util.h"
 

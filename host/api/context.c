@@ -1,4 +1,4 @@
-/* See context.h: config snapshots, API keys and the wiring of the route table to the HTTP transport. */
+/* See context.h: config snapshots and API keys. */
 #include "api/context.h"
 
 #include <pthread.h>
@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#include "api/routes.h"
 #include "base/util.h"
 
 typedef struct config_holder {
@@ -107,7 +105,7 @@ static bool equal_constant_time(const char *a, size_t a_len, const char *b, size
 }
 
 /* 0 when authorised; else the reason in msg. */
-static int check_api_key(void *app, sy_http_request *r, char *msg, size_t msg_size) {
+int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size) {
     sy_api_context *c = app;
     const sy_config *cfg = sy_api_config_acquire(c);
     int rc = 0;
@@ -139,37 +137,26 @@ static int check_api_key(void *app, sy_http_request *r, char *msg, size_t msg_si
     return rc;
 }
 
-static void request_done(void *app, const char *label, int status) {
+void sy_api_request_done(void *app, const char *label, int status) {
     sy_metrics_request(((sy_api_context *)app)->metrics, label, status);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * Start and stop */
+ * Life cycle */
 
-sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_model_manager *mm,
-                             sy_metrics *metrics, char *err, size_t err_size) {
+sy_api_context *sy_api_context_create(sy_config *cfg, sy_model_manager *mm, sy_metrics *metrics) {
     sy_api_context *c = sy_xcalloc(1, sizeof *c);
     c->mm = mm;
     c->metrics = metrics;
     pthread_mutex_init(&c->lock, NULL);
     sy_api_replace_config(c, cfg);
-    sy_server_options o = opts ? *opts : (sy_server_options){0};
-    o.routes = sy_api_routes(&o.n_routes);
-    o.app = c;
-    o.authorize = check_api_key;
-    o.on_done = request_done;
-    c->server = sy_server_start(&o, err, err_size);
-    if (c->server == NULL) {
-        sy_api_stop(c);
-        return NULL;
-    }
     return c;
 }
 
-void sy_api_stop(sy_api_context *c) {
+void sy_api_context_attach(sy_api_context *c, sy_server *server) { c->server = server; }
+
+void sy_api_context_free(sy_api_context *c) {
     if (c == NULL) return;
-    sy_server_stop(c->server);
-    c->server = NULL;
     if (c->current) free_holder(c->current);
     while (c->retired) {
         config_holder *next = c->retired->next;

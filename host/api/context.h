@@ -1,7 +1,7 @@
 /*
  * What every API handler shares: the model manager, the metrics, the current configuration (held by each
  * request until it ends, so a reload never frees a config in use), and the HTTP server they run in. The handlers
- * find it through sy_api_ctx(request); sy_api_serve wires the route table of every API to the transport.
+ * find it through sy_api_ctx(request); api/serve.h wires the route table of every API to the transport.
  */
 #ifndef SY_HOST_API_CONTEXT_H
 #define SY_HOST_API_CONTEXT_H
@@ -16,13 +16,12 @@
 
 typedef struct sy_api_context sy_api_context;
 
-/* Start serving every API on opts->listen (the options' routes and hooks are filled in here). The context takes
- * ownership of cfg (API keys and model aliases come from it) and borrows mm and metrics, which must outlive it.
- * NULL with err set when the address cannot be bound. */
-sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_model_manager *mm,
-                             sy_metrics *metrics, char *err, size_t err_size);
-/* Stop the server (cancelling the generations in flight, waiting for every connection) and free everything. */
-void sy_api_stop(sy_api_context *c);
+/* A context over cfg (owned from now on), mm and metrics (borrowed: they must outlive it). The server is
+ * attached once started (sy_api_serve does both). */
+sy_api_context *sy_api_context_create(sy_config *cfg, sy_model_manager *mm, sy_metrics *metrics);
+void sy_api_context_attach(sy_api_context *c, sy_server *server);
+/* Frees the configs; the server must be stopped already. */
+void sy_api_context_free(sy_api_context *c);
 /* Swap in a reloaded config (ownership passes); requests in progress keep the one they started with. */
 void sy_api_replace_config(sy_api_context *c, sy_config *cfg);
 sy_server *sy_api_server(sy_api_context *c);
@@ -35,6 +34,9 @@ bool sy_api_stopping(const sy_api_context *c);
 /* The current config, held until released (a reload does not free it meanwhile). */
 const sy_config *sy_api_config_acquire(sy_api_context *c);
 void sy_api_config_release(sy_api_context *c, const sy_config *cfg);
+/* The server's hooks: API keys (Bearer) for routes that are not open, and request metrics. */
+int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size);
+void sy_api_request_done(void *app, const char *label, int status);
 /* Work in flight that a stop must cancel (see sy_server_track). */
 uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg);
 void sy_api_untrack(sy_api_context *c, uint64_t handle);

@@ -12,7 +12,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
-
 #include "api/context.h"
 #include "base/log.h"
 #include "base/util.h"

@@ -9,13 +9,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <xxhash.h>
-
-#include "api/admin.h"
 #include "api/context.h"
 #include "api/generation.h"
-#include "api/lease.h"
 #include "api/messages.h"
-#include "api/request.h"
 #include "base/log.h"
 #include "base/util.h"
 

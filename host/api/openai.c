@@ -7,14 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-#include "api/admin.h"
 #include "api/context.h"
 #include "api/generation.h"
-#include "api/lease.h"
 #include "api/messages.h"
-#include "api/request.h"
-#include "base/log.h"
 #include "base/util.h"
 
 /* What a request asked for beyond the sampling parameters, and the state of its stream. */

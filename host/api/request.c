@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "api/context.h"
-#include "base/log.h"
-#include "base/util.h"
+
+
+
 
 /* ------------------------------------------------------------------------------------------------------------
  * Errors */

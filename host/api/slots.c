@@ -7,15 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "api/admin.h"
 #include "api/context.h"
-#include "api/generation.h"
 #include "api/lease.h"
-#include "api/messages.h"
-#include "api/request.h"
 #include "base/log.h"
-#include "persist/snapshot.h"
 #include "persist/snapshot_store.h"
 #include "base/util.h"
 

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "api/context.h"
+#include "api/serve.h"
 #include "http/http_server.h"
 #include "base/log.h"
 #include "api/metrics.h"

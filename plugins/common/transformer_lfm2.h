@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transformer.h"
+#include "transformer_weights.h"
 
 #define SY_LFM2_ROLLBACK 16   /* tokens seq_truncate can always drop (the engine ABI asks for at least 16) */
 #define SY_LFM2_MAX_KERNEL 64 /* widest convolution accepted (real models: 3) */

@@ -1,6 +1,5 @@
-/* See routes.h. The labels are what /metrics reports per endpoint. */
-#include "api/routes.h"
-
+/* See serve.h. The route labels are what /metrics reports per endpoint. */
+#include "api/serve.h"
 #include "api/admin.h"
 #include "api/ollama.h"
 #include "api/openai.h"
@@ -34,4 +33,28 @@ static const sy_http_route routes[] = {
 const sy_http_route *sy_api_routes(size_t *n) {
     *n = sizeof routes / sizeof *routes;
     return routes;
+}
+
+sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_model_manager *mm,
+                             sy_metrics *metrics, char *err, size_t err_size) {
+    sy_api_context *c = sy_api_context_create(cfg, mm, metrics);
+    sy_server_options o = opts ? *opts : (sy_server_options){0};
+    o.routes = sy_api_routes(&o.n_routes);
+    o.app = c;
+    o.authorize = sy_api_check_key;
+    o.on_done = sy_api_request_done;
+    sy_server *server = sy_server_start(&o, err, err_size);
+    if (server == NULL) {
+        sy_api_context_free(c);
+        return NULL;
+    }
+    sy_api_context_attach(c, server);
+    return c;
+}
+
+void sy_api_stop(sy_api_context *c) {
+    if (c == NULL) return;
+    sy_server_stop(sy_api_server(c));
+    sy_api_context_attach(c, NULL);
+    sy_api_context_free(c);
 }
