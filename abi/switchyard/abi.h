@@ -38,9 +38,13 @@ extern "C" {
 #endif
 
 #define SY_ABI_VERSION_MAJOR 1
-#define SY_ABI_VERSION_MINOR 1
+#define SY_ABI_VERSION_MINOR 2
 
-/* Minor 1.1 appended: sy_engine_api.memory_usage. */
+/* Minor 1.1 appended: sy_engine_api.memory_usage.
+ * Minor 1.2 appended: sy_host_api.context, .plugin_path and the *_ctx callbacks; sy_model_info's capabilities
+ * (max_rollback, max_decode_tokens, capabilities); sy_decode_item.call and sy_decode_batch.item_status;
+ * sy_engine_state_api.state_can_read; the interfaces "sy.plugin.options/1" (option schema) and
+ * "sy.engine.resources/1" (the memory a load will take). */
 
 #ifndef SY_ABI_TARGET_MINOR
 #define SY_ABI_TARGET_MINOR SY_ABI_VERSION_MINOR
@@ -121,7 +125,60 @@ typedef struct sy_host_api {
     sy_status (*acquire_engine)(const char *model_name, const struct sy_engine_api **engine,
                                 struct sy_model **model, sy_engine_ref **ref);
     void (*release_engine)(sy_engine_ref *ref);
+
+#if SY_ABI_TARGET_MINOR >= 2
+    /* (since 1.2) Each plugin gets a table of its own: `context` is this plugin's handle in the host, passed
+     * back to every *_ctx callback below, so a plugin needs no process-global state to find its host (several
+     * hosts, or registries, may live in one process). Prefer these to the 1.0 callbacks above. */
+    void *context;
+    /* The plugin's own shared object, as the host opened it (for files shipped beside it). */
+    const char *plugin_path;
+    /* As log, with the plugin's name taken from the context. */
+    void (*log_ctx)(void *context, sy_log_level level, const char *message);
+    int (*is_cancelled_ctx)(void *context, const sy_host_call *call);
+    /* Models are looked up among those published in this plugin's host, not process-wide. */
+    sy_status (*acquire_engine_ctx)(void *context, const char *model_name, const struct sy_engine_api **engine,
+                                    struct sy_model **model, sy_engine_ref **ref);
+    void (*release_engine_ctx)(void *context, sy_engine_ref *ref);
+#endif
 } sy_host_api;
+
+/*
+ * "sy.plugin.options/1" (since 1.2, optional): the load options a plugin understands, so the host can print them
+ * (`switchyard plugins --options NAME`) and refuse a config key that no plugin declares, with its file and line,
+ * instead of passing it on to be ignored.
+ */
+#define SY_PLUGIN_OPTIONS_INTERFACE_ID "sy.plugin.options/1"
+
+typedef enum sy_option_type {
+    SY_OPTION_BOOL = 0,   /* true/false, 1/0, yes/no, on/off */
+    SY_OPTION_UINT = 1,   /* a whole number within [min, max] */
+    SY_OPTION_NUMBER = 2, /* a decimal number within [min, max] */
+    SY_OPTION_STRING = 3,
+    SY_OPTION_PATH = 4,   /* a file or folder; relative paths resolve against the config file's folder */
+    SY_OPTION_PATH_LIST = 5 /* paths separated by commas */
+} sy_option_type;
+
+typedef struct sy_option_spec {
+    uint32_t struct_size;
+    const char *key;           /* [a-z0-9_.]: the config key and the load option's key */
+    uint32_t type;             /* sy_option_type */
+    const char *default_value; /* as text; "" when the default is computed (e.g. "the CPUs available") */
+    const char *help;          /* one line */
+    double min, max;           /* UINT and NUMBER: the range; ignored otherwise */
+} sy_option_spec;
+
+typedef struct sy_plugin_options_api {
+    uint32_t struct_size;
+    uint32_t n_options;
+    uint32_t spec_size; /* stride of options[]: sizeof(sy_option_spec) as the plugin compiled it */
+    const sy_option_spec *options;
+} sy_plugin_options_api;
+
+/* The i-th option spec, honouring the plugin's stride. */
+static inline const sy_option_spec *sy_plugin_option(const sy_plugin_options_api *o, uint32_t i) {
+    return (const sy_option_spec *)(const void *)((const char *)o->options + (size_t)i * o->spec_size);
+}
 
 /*
  * The plugin entry, exported as `switchyard_plugin_entry`. Define it with SY_DEFINE_PLUGIN_ENTRY (or fill it with
@@ -136,7 +193,8 @@ typedef struct sy_plugin_entry {
     const char *description; /* one line */
 
     /* Called once after loading, before anything else. Return SY_OK or an error (the host then unloads the
-     * plugin and reports it refused). `host` outlives the plugin. */
+     * plugin and reports it refused). `host` outlives the plugin; since 1.2 it is this plugin's own table
+     * (context, plugin_path). */
     sy_status (*init)(const sy_host_api *host);
     /* Called once before unloading, after every model of the plugin was unloaded. */
     void (*deinit)(void);

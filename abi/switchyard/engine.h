@@ -32,6 +32,7 @@ extern "C" {
 #define SY_ENGINE_INTERFACE_ID "sy.engine/1"
 #define SY_ENGINE_SAMPLING_INTERFACE_ID "sy.engine.sampling/1"
 #define SY_ENGINE_STATE_INTERFACE_ID "sy.engine.state/1"
+#define SY_ENGINE_RESOURCES_INTERFACE_ID "sy.engine.resources/1"
 
 typedef struct sy_model sy_model; /* a loaded model, owned by the plugin */
 typedef struct sy_seq sy_seq;     /* one sequence (its tokens and KV), owned by the plugin */
@@ -42,7 +43,15 @@ enum {
     SY_TOKEN_CONTROL = 1u << 0,      /* special/control token: not rendered as text by default */
     SY_TOKEN_END_OF_GENERATION = 1u << 1, /* generation stops here (EOS, end-of-turn) */
     SY_TOKEN_BYTE = 1u << 2,         /* a raw byte token (SentencePiece byte fallback) */
-    SY_TOKEN_UNUSED = 1u << 3
+    SY_TOKEN_UNUSED = 1u << 3,
+    SY_TOKEN_INVALID = 1u << 4 /* (since 1.2) not a token of this model: the id is out of range */
+};
+
+/* Bits of sy_model_info.capabilities (since 1.2). */
+enum {
+    SY_CAP_EMBED = 1u << 0,           /* the model returns embeddings ("sy.engine.embed/1") */
+    SY_CAP_DEVICE_SAMPLING = 1u << 1, /* decode_sample samples on the device ("sy.engine.sampling/1") */
+    SY_CAP_ITEM_CANCEL = 1u << 2      /* decode honours sy_decode_item.call and fills item_status */
 };
 
 /* Flags of sy_engine_api.tokenize(). */
@@ -70,6 +79,13 @@ typedef struct sy_model_info {
     int32_t pad_token;         /* -1 when absent */
     uint32_t add_bos;          /* non-zero when SY_TOKENIZE_ADD_SPECIAL prepends BOS */
     uint32_t max_sequences;    /* most sequences alive at once (0 = no limit of the engine's own) */
+#if SY_ABI_TARGET_MINOR >= 2
+    /* (since 1.2) What the host used to learn by failing. A 1.1 plugin leaves them out (the host then assumes
+     * any rollback, any batch size, no capability). */
+    uint32_t max_rollback;      /* most tokens seq_truncate can drop from a sequence's end; UINT32_MAX: any */
+    uint32_t max_decode_tokens; /* most tokens of one decode call, all items together; 0: no limit */
+    uint32_t capabilities;      /* SY_CAP_* */
+#endif
 } sy_model_info;
 
 /* Memory a model holds, for the host's budget. Byte counts; 0 where it does not apply. */
@@ -93,6 +109,12 @@ typedef struct sy_decode_item {
     uint32_t n_tokens;
     uint32_t n_logits;
     float *logits;
+#if SY_ABI_TARGET_MINOR >= 2
+    /* (since 1.2) This item's own cancellation (its client), NULL for none. An engine with SY_CAP_ITEM_CANCEL
+     * leaves a cancelled item's sequence as it was, reports it in the batch's item_status and goes on with the
+     * other items, so one client leaving does not cancel every other sequence's step. */
+    const sy_host_call *call;
+#endif
 } sy_decode_item;
 
 typedef struct sy_decode_batch {
@@ -101,6 +123,12 @@ typedef struct sy_decode_batch {
     uint32_t item_size;      /* stride of items[] in bytes: sizeof(sy_decode_item) as the host compiled it */
     const sy_decode_item *items;
     const sy_host_call *call; /* for sy_host_api.is_cancelled; may be NULL */
+#if SY_ABI_TARGET_MINOR >= 2
+    /* (since 1.2) Host-owned, n_items entries, or NULL. Engines with SY_CAP_ITEM_CANCEL write each item's outcome:
+     * SY_OK, or why that item alone was left out (SY_ERR_CANCELLED, SY_ERR_CONTEXT_FULL), its sequence unchanged;
+     * decode then returns SY_OK for the batch. A batch-level failure still leaves every sequence unchanged. */
+    sy_status *item_status;
+#endif
 } sy_decode_batch;
 
 /* The i-th item of a batch, honouring the host's stride. */
@@ -137,7 +165,7 @@ typedef struct sy_engine_api {
     sy_status (*token_to_bytes)(const sy_model *model, int32_t token, char *out, size_t capacity,
                                 size_t *n_out);
 
-    /* SY_TOKEN_* bits of a token; 0 for an id out of range. any-thread. */
+    /* SY_TOKEN_* bits of a token; for an id out of range 0 (1.1) or SY_TOKEN_INVALID (since 1.2). any-thread. */
     uint32_t (*token_flags)(const sy_model *model, int32_t token);
 
     /* Sequences. serial. A new sequence is empty. */
@@ -232,7 +260,32 @@ typedef struct sy_engine_state_api {
      * (end - begin of them). On failure seq is left with `begin` tokens. serial. */
     sy_status (*state_load_chunk)(sy_model *model, sy_seq *seq, uint32_t begin, uint32_t end,
                                   const int32_t *tokens, const sy_state_reader *reader);
+#if SY_ABI_TARGET_MINOR >= 2
+    /* (since 1.2) Whether this model can load chunks written with `layout` by version `writer_version` of this
+     * plugin (both as sy_state_info.layout and the entry's version were at save time), for snapshots that an
+     * older or newer build wrote. Without it the host accepts only the same layout from the same version.
+     * any-thread. */
+    int (*state_can_read)(const sy_model *model, const char *layout, const char *writer_version);
+#endif
 } sy_engine_state_api;
+
+/* ---------------------------------------------------------------------------------------------------------
+ * "sy.engine.resources/1" (since 1.2, optional): the memory a load will take, before loading, so the host's
+ * memory budgets (max_memory, max_device_memory) choose what to unload without loading first.
+ */
+typedef struct sy_resource_estimate {
+    uint32_t struct_size;
+    uint64_t mapped_bytes;   /* file-backed mappings the model will touch (weights read in place) */
+    uint64_t resident_bytes; /* anonymous host memory: converted weights, KV at its first size, buffers, scratch */
+    uint64_t device_bytes;   /* accelerator memory */
+} sy_resource_estimate;
+
+typedef struct sy_engine_resources_api {
+    uint32_t struct_size;
+    /* The footprint of load(path, options) right after it returns (the same options mean the same context
+     * size, threads, KV placement), within about 10%. Reads headers only. any-thread. */
+    sy_status (*estimate)(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out);
+} sy_engine_resources_api;
 
 #ifdef __cplusplus
 }

@@ -82,8 +82,8 @@ static int32_t argmax(const float *logits, uint32_t n) {
 }
 
 static sy_status decode_one(const sy_loaded_model *lm, sy_seq *s, const int32_t *tokens, uint32_t n, float *logits) {
-    sy_decode_item item = {sizeof item, s, tokens, n, 1, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, s, tokens, n, 1, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     return lm->engine->decode(lm->model, &batch);
 }
 

@@ -278,8 +278,8 @@ static int take_token(gen_out *o, int32_t token) {
 /* Decodes history[first..first+n) into seq, logits of the last `n_logits` into `logits`. */
 static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_t *tokens, uint32_t n,
                             uint32_t n_logits, float *logits, const sy_host_call *call) {
-    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call, NULL};
     return lm->engine->decode(lm->model, &batch);
 }
 

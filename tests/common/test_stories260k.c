@@ -95,8 +95,8 @@ static int32_t argmax(const float *logits) {
 
 static sy_status decode_one(sy_model *m, sy_seq *s, const int32_t *tokens, uint32_t n, uint32_t n_logits,
                             float *logits, const sy_host_call *call) {
-    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call, NULL};
     return api->decode(m, &batch);
 }
 
@@ -282,9 +282,9 @@ static void test_several_sequences_in_one_call(void **state) {
                          SY_OK);
         assert_int_equal(api->seq_create(m, &together[i]), SY_OK);
         assert_int_equal(api->seq_create(m, &alone[i]), SY_OK);
-        items[i] = (sy_decode_item){sizeof(sy_decode_item), together[i], ids[i], (uint32_t)n[i], 2, logits[i]};
+        items[i] = (sy_decode_item){sizeof(sy_decode_item), together[i], ids[i], (uint32_t)n[i], 2, logits[i], NULL};
     }
-    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL};
+    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL, NULL};
     assert_int_equal(api->decode(m, &batch), SY_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(decode_one(m, alone[i], ids[i], (uint32_t)n[i], 2, ref, NULL), SY_OK);
@@ -294,7 +294,7 @@ static void test_several_sequences_in_one_call(void **state) {
     int32_t next[3];
     for (int i = 0; i < 3; i++) {
         next[i] = argmax(logits[i] + N_VOCAB);
-        items[i] = (sy_decode_item){sizeof(sy_decode_item), together[i], &next[i], 1, 1, logits[i]};
+        items[i] = (sy_decode_item){sizeof(sy_decode_item), together[i], &next[i], 1, 1, logits[i], NULL};
     }
     assert_int_equal(api->decode(m, &batch), SY_OK);
     for (int i = 0; i < 3; i++) {
@@ -307,7 +307,7 @@ static void test_several_sequences_in_one_call(void **state) {
     sy_seq *s;
     assert_int_equal(api->seq_create(m, &s), SY_OK);
     int32_t bos = BOS;
-    items[0] = (sy_decode_item){sizeof(sy_decode_item), s, &bos, 1, 0, NULL};
+    items[0] = (sy_decode_item){sizeof(sy_decode_item), s, &bos, 1, 0, NULL, NULL};
     items[1] = items[0];
     batch.n_items = 2;
     assert_int_equal(api->decode(m, &batch), SY_ERR_INVALID_ARGUMENT);

@@ -77,7 +77,7 @@ static sy_status fake_load(sy_model *model, sy_seq *seq, uint32_t begin, uint32_
 
 static sy_engine_api fake_engine;
 static const sy_engine_state_api fake_state = {sizeof(sy_engine_state_api), NULL, fake_chunk_bytes, NULL,
-                                               fake_load};
+                                               fake_load, NULL};
 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);

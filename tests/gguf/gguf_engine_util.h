@@ -106,8 +106,8 @@ static inline float *gt_all_logits(const gt_engine *e, sy_model *m, const int32_
     sy_seq *s;
     assert_int_equal(e->api->seq_create(m, &s), SY_OK);
     float *logits = gt_xmalloc((size_t)n * n_vocab * sizeof *logits);
-    sy_decode_item item = {sizeof item, s, tokens, n, n, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, s, tokens, n, n, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     if (e->api->decode(m, &batch) != SY_OK) fail_msg("decode: %s", e->api->error_message());
     e->api->seq_free(m, s);
     return logits;
@@ -122,8 +122,8 @@ static inline void gt_greedy(const gt_engine *e, sy_model *m, const int32_t *pro
     const int32_t *feed = prompt;
     uint32_t n_feed = n_prompt;
     for (uint32_t i = 0; i < n_new; i++) {
-        sy_decode_item item = {sizeof item, s, feed, n_feed, 1, logits};
-        sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+        sy_decode_item item = {sizeof item, s, feed, n_feed, 1, logits, NULL};
+        sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
         if (e->api->decode(m, &batch) != SY_OK) fail_msg("decode: %s", e->api->error_message());
         out[i] = (int32_t)gt_argmax(logits, n_vocab);
         feed = &out[i];

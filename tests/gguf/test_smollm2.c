@@ -173,8 +173,8 @@ static void test_chat_answers_match_llama_cpp(void **state) {
         const int32_t *feed = ids;
         uint32_t n_feed = (uint32_t)n_ids;
         while (n_got < max_new) {
-            sy_decode_item item = {sizeof item, s, feed, n_feed, 1, logits};
-            sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+            sy_decode_item item = {sizeof item, s, feed, n_feed, 1, logits, NULL};
+            sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
             assert_int_equal(engine.api->decode(model, &batch), SY_OK);
             got[n_got] = (int32_t)gt_argmax(logits, n_vocab);
             feed = &got[n_got];

@@ -67,18 +67,18 @@ static double decode_steps(sy_model *m, uint32_t vocab, int batch, int steps) {
     for (int i = 0; i < batch; i++) {
         if (api->seq_create(m, &seqs[i]) != SY_OK) die("seq_create");
         for (int t = 0; t < 32; t++) prompt[t] = random_token(vocab);
-        sy_decode_item it = {sizeof it, seqs[i], prompt, 32, 1, NULL};
-        sy_decode_batch one = {sizeof one, 1, sizeof it, &it, NULL};
+        sy_decode_item it = {sizeof it, seqs[i], prompt, 32, 1, NULL, NULL};
+        sy_decode_batch one = {sizeof one, 1, sizeof it, &it, NULL, NULL};
         sy_sampling_params p = {sizeof p, 0.0f, 0, 1.0f, 0.0f, &rngs[i]};
         if (sampling->decode_sample(m, &one, &p, &next[i]) != SY_OK) die("prefill");
         params[i] = p;
     }
-    sy_decode_batch b = {sizeof b, (uint32_t)batch, sizeof(sy_decode_item), items, NULL};
+    sy_decode_batch b = {sizeof b, (uint32_t)batch, sizeof(sy_decode_item), items, NULL, NULL};
     double t0 = 0;
     for (int s = -4; s < steps; s++) { /* 4 warm-up steps */
         if (s == 0) t0 = now_s();
         for (int i = 0; i < batch; i++)
-            items[i] = (sy_decode_item){sizeof(sy_decode_item), seqs[i], &next[i], 1, 1, NULL};
+            items[i] = (sy_decode_item){sizeof(sy_decode_item), seqs[i], &next[i], 1, 1, NULL, NULL};
         int32_t *out = calloc((size_t)batch, sizeof *out);
         if (sampling->decode_sample(m, &b, params, out) != SY_OK) die("decode_sample");
         memcpy(next, out, (size_t)batch * sizeof *out);
@@ -100,8 +100,8 @@ static double prefill(sy_model *m, uint32_t vocab, uint32_t n) {
         if (api->seq_create(m, &s) != SY_OK) die("seq_create");
         int32_t tok;
         uint64_t r = 1;
-        sy_decode_item it = {sizeof it, s, toks, n, 1, NULL};
-        sy_decode_batch b = {sizeof b, 1, sizeof it, &it, NULL};
+        sy_decode_item it = {sizeof it, s, toks, n, 1, NULL, NULL};
+        sy_decode_batch b = {sizeof b, 1, sizeof it, &it, NULL, NULL};
         sy_sampling_params p = {sizeof p, 0.0f, 0, 1.0f, 0.0f, &r};
         double t0 = now_s();
         if (sampling->decode_sample(m, &b, &p, &tok) != SY_OK) die("prefill");
@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     }
     const sy_plugin_entry *entry = dlsym(h, SY_PLUGIN_ENTRY_SYMBOL);
     static const sy_host_api host = {sizeof(sy_host_api), SY_ABI_VERSION_MAJOR, SY_ABI_VERSION_MINOR, "bench",
-                                     NULL, NULL, NULL, NULL};
+                                     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     if (entry == NULL || entry->init(&host) != SY_OK) die("plugin init");
     api = entry->get_interface(SY_ENGINE_INTERFACE_ID);
     sampling = entry->get_interface(SY_ENGINE_SAMPLING_INTERFACE_ID);

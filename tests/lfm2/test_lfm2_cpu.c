@@ -114,8 +114,8 @@ static int32_t argmax(const float *logits) {
 
 static sy_status decode_one(sy_model *m, sy_seq *s, const int32_t *tokens, uint32_t n, uint32_t n_logits,
                             float *logits, const sy_host_call *call) {
-    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call, NULL};
     return api->decode(m, &batch);
 }
 
@@ -415,9 +415,9 @@ static void test_chunks_and_batches(void **state) {
     assert_int_equal(api->seq_create(m, &aa), SY_OK);
     assert_int_equal(api->seq_create(m, &ab), SY_OK);
     float la[2 * N_VOCAB], lb[2 * N_VOCAB], ra[2 * N_VOCAB], rb[2 * N_VOCAB];
-    sy_decode_item items[2] = {{sizeof(sy_decode_item), ta, toks, A, 2, la},
-                               {sizeof(sy_decode_item), tb, toks + A, B, 2, lb}};
-    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL};
+    sy_decode_item items[2] = {{sizeof(sy_decode_item), ta, toks, A, 2, la, NULL},
+                               {sizeof(sy_decode_item), tb, toks + A, B, 2, lb, NULL}};
+    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL, NULL};
     assert_int_equal(api->decode(m, &batch), SY_OK);
     assert_int_equal(decode_one(m, aa, toks, A, 2, ra, NULL), SY_OK);
     assert_int_equal(decode_one(m, ab, toks + A, B, 2, rb, NULL), SY_OK);
@@ -425,8 +425,8 @@ static void test_chunks_and_batches(void **state) {
     expect_close(lb, rb, 2 * N_VOCAB, 2e-4f, "batched sequence b");
     /* one step of both, then the same with a cancellation in the middle of the chunk: nothing changes */
     int32_t next[2] = {argmax(la + N_VOCAB), argmax(lb + N_VOCAB)};
-    items[0] = (sy_decode_item){sizeof(sy_decode_item), ta, &next[0], 1, 1, la};
-    items[1] = (sy_decode_item){sizeof(sy_decode_item), tb, &next[1], 1, 1, lb};
+    items[0] = (sy_decode_item){sizeof(sy_decode_item), ta, &next[0], 1, 1, la, NULL};
+    items[1] = (sy_decode_item){sizeof(sy_decode_item), tb, &next[1], 1, 1, lb, NULL};
     int call_marker;
     batch.call = (const sy_host_call *)&call_marker;
     for (int when = 1; when <= 3; when++) {

@@ -42,8 +42,8 @@ static sy_model *load(const char *path, const char *batch_tokens, const char *ct
 
 static sy_status decode1(sy_model *m, sy_seq *s, const int32_t *t, uint32_t n, uint32_t n_logits, float *logits,
                          const sy_host_call *call) {
-    sy_decode_item item = {sizeof item, s, t, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    sy_decode_item item = {sizeof item, s, t, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call, NULL};
     return lct_api->decode(m, &batch);
 }
 
@@ -144,8 +144,8 @@ static void test_sampling_truncate_fork(void **state) {
     int32_t sampled;
     uint64_t rng = 1;
     sy_sampling_params greedy = {sizeof greedy, 0.0f, 0, 1.0f, 0.0f, &rng};
-    sy_decode_item item = {sizeof item, b, prompt, NP, 1, NULL};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, b, prompt, NP, 1, NULL, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     assert_int_equal(sampling->decode_sample(m, &batch, &greedy, &sampled), SY_OK);
     assert_int_equal(sampled, argmax(got));
     for (int i = 0; i < NC; i++) {
@@ -219,9 +219,9 @@ static void test_chunks_splits_batches_cancel(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_int_equal(lct_api->seq_create(big, &t[i]), SY_OK);
         assert_int_equal(lct_api->seq_create(big, &alone[i]), SY_OK);
-        items[i] = (sy_decode_item){sizeof(sy_decode_item), t[i], toks + 50 * i, (uint32_t)(10 + 40 * i), 1, lt[i]};
+        items[i] = (sy_decode_item){sizeof(sy_decode_item), t[i], toks + 50 * i, (uint32_t)(10 + 40 * i), 1, lt[i], NULL};
     }
-    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL};
+    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL, NULL};
     assert_int_equal(lct_api->decode(big, &batch), SY_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(decode1(big, alone[i], toks + 50 * i, (uint32_t)(10 + 40 * i), 1, la, NULL), SY_OK);
@@ -230,7 +230,7 @@ static void test_chunks_splits_batches_cancel(void **state) {
     /* a cancellation after 2 layers leaves every sequence as it was */
     int marker;
     int32_t next[3] = {1, 2, 3};
-    for (int i = 0; i < 3; i++) items[i] = (sy_decode_item){sizeof(sy_decode_item), t[i], &next[i], 1, 1, lt[i]};
+    for (int i = 0; i < 3; i++) items[i] = (sy_decode_item){sizeof(sy_decode_item), t[i], &next[i], 1, 1, lt[i], NULL};
     batch.call = (const sy_host_call *)&marker;
     lct_cancel_countdown = 2;
     assert_int_equal(lct_api->decode(big, &batch), SY_ERR_CANCELLED);
@@ -302,8 +302,8 @@ static void test_graphs_match_eager(void **state) {
             sy_decode_item items[B];
             for (int b = 0; b < batch; b++)
                 items[b] = (sy_decode_item){sizeof(sy_decode_item), seqs[mi][b], &next[mi][b], 1, 1,
-                                            sample ? NULL : logits[mi][b]};
-            sy_decode_batch batch_desc = {sizeof batch_desc, (uint32_t)batch, sizeof(sy_decode_item), items, NULL};
+                                            sample ? NULL : logits[mi][b], NULL};
+            sy_decode_batch batch_desc = {sizeof batch_desc, (uint32_t)batch, sizeof(sy_decode_item), items, NULL, NULL};
             if (sample) {
                 uint64_t rngs[B] = {1, 2, 3};
                 sy_sampling_params params[B];

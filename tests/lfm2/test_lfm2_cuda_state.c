@@ -49,8 +49,8 @@ static sy_model *load(const char *ctx, const char *kv_mb) {
 }
 
 static void decode1(sy_model *m, sy_seq *s, const int32_t *t, uint32_t n, uint32_t n_logits, float *logits) {
-    sy_decode_item item = {sizeof item, s, t, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, s, t, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     if (lct_api->decode(m, &batch) != SY_OK) fail_msg("decode: %s", lct_api->error_message());
 }
 

@@ -125,8 +125,8 @@ static sy_seq *new_seq(sy_model *m) {
 
 static sy_status decode1(sy_model *m, sy_seq *s, const int32_t *tokens, uint32_t n, uint32_t n_logits,
                          float *logits, const sy_host_call *call) {
-    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call};
+    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, call, NULL};
     return T.api->decode(m, &batch);
 }
 
@@ -606,11 +606,11 @@ static void batch_equals_one_by_one(void **state) {
     sy_seq *b0 = new_seq(m), *b1 = new_seq(m), *b2 = new_seq(m);
     float *out0 = malloc(sizeof(float) * 40 * N_VOCAB), out1[3 * N_VOCAB], out2[N_VOCAB];
     sy_decode_item items[3] = {
-        {sizeof(sy_decode_item), b2, p2, 7, 1, out2},
-        {sizeof(sy_decode_item), b0, p0, 40, 40, out0},
-        {sizeof(sy_decode_item), b1, p1, 25, 3, out1},
+        {sizeof(sy_decode_item), b2, p2, 7, 1, out2, NULL},
+        {sizeof(sy_decode_item), b0, p0, 40, 40, out0, NULL},
+        {sizeof(sy_decode_item), b1, p1, 25, 3, out1, NULL},
     };
-    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL};
+    sy_decode_batch batch = {sizeof batch, 3, sizeof(sy_decode_item), items, NULL, NULL};
     assert_int_equal(T.api->decode(m, &batch), SY_OK);
     assert_memory_equal(out0, single0, sizeof(float) * 40 * N_VOCAB);
     assert_memory_equal(out1, single1 + 22 * N_VOCAB, sizeof out1);
@@ -626,11 +626,11 @@ static void batch_equals_one_by_one(void **state) {
         decode_ok(m, r0, &t0, 1, 1, s0);
         decode_ok(m, r2, &t2, 1, 1, s2);
         sy_decode_item step_items[3] = {
-            {sizeof(sy_decode_item), b0, &t0, 1, 1, o0},
-            {sizeof(sy_decode_item), b1, NULL, 0, 0, NULL},
-            {sizeof(sy_decode_item), b2, &t2, 1, 1, o2},
+            {sizeof(sy_decode_item), b0, &t0, 1, 1, o0, NULL},
+            {sizeof(sy_decode_item), b1, NULL, 0, 0, NULL, NULL},
+            {sizeof(sy_decode_item), b2, &t2, 1, 1, o2, NULL},
         };
-        sy_decode_batch step_batch = {sizeof step_batch, 3, sizeof(sy_decode_item), step_items, NULL};
+        sy_decode_batch step_batch = {sizeof step_batch, 3, sizeof(sy_decode_item), step_items, NULL, NULL};
         assert_int_equal(T.api->decode(m, &step_batch), SY_OK);
         assert_memory_equal(o0, s0, sizeof s0);
         assert_memory_equal(o2, s2, sizeof s2);
@@ -641,9 +641,9 @@ static void batch_equals_one_by_one(void **state) {
     struct wide_item {
         sy_decode_item item;
         uint64_t later_field;
-    } wide[2] = {{{sizeof(struct wide_item), b0, p2, 2, 1, out2}, 7},
-                 {{sizeof(struct wide_item), b2, p2, 2, 1, out1}, 7}};
-    sy_decode_batch wide_batch = {sizeof wide_batch, 2, sizeof(struct wide_item), &wide[0].item, NULL};
+    } wide[2] = {{{sizeof(struct wide_item), b0, p2, 2, 1, out2, NULL}, 7},
+                 {{sizeof(struct wide_item), b2, p2, 2, 1, out1, NULL}, 7}};
+    sy_decode_batch wide_batch = {sizeof wide_batch, 2, sizeof(struct wide_item), &wide[0].item, NULL, NULL};
     float ref[N_VOCAB];
     decode_ok(m, r0, p2, 2, 1, ref);
     assert_int_equal(T.api->decode(m, &wide_batch), SY_OK);
@@ -986,9 +986,9 @@ static void context_full_changes_nothing(void **state) {
     decode_ok(m, ref, toks, 10, 0, NULL);
 
     float la[3 * N_VOCAB], lb[N_VOCAB];
-    sy_decode_item items[2] = {{sizeof(sy_decode_item), b, toks + 10, 1, 1, lb},
-                               {sizeof(sy_decode_item), a, toks + 30, 3, 3, la}};
-    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL};
+    sy_decode_item items[2] = {{sizeof(sy_decode_item), b, toks + 10, 1, 1, lb, NULL},
+                               {sizeof(sy_decode_item), a, toks + 30, 3, 3, la, NULL}};
+    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL, NULL};
     assert_int_equal(T.api->decode(m, &batch), SY_ERR_CONTEXT_FULL);
     assert_non_null(strstr(T.api->error_message(), "32"));
     assert_int_equal(T.api->seq_length(m, a), 30);
@@ -1057,15 +1057,15 @@ static void bad_batches_are_refused_whole(void **state) {
     float l[4 * N_VOCAB];
     decode_ok(m, a, toks, 2, 0, NULL);
 
-    sy_decode_item dup[2] = {{sizeof(sy_decode_item), b, toks, 1, 0, NULL},
-                             {sizeof(sy_decode_item), b, toks, 1, 0, NULL}};
-    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), dup, NULL};
+    sy_decode_item dup[2] = {{sizeof(sy_decode_item), b, toks, 1, 0, NULL, NULL},
+                             {sizeof(sy_decode_item), b, toks, 1, 0, NULL, NULL}};
+    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), dup, NULL, NULL};
     assert_int_equal(T.api->decode(m, &batch), SY_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(T.api->error_message(), "twice"));
 
     int32_t bad_tok[2] = {'a', 264};
-    sy_decode_item items[2] = {{sizeof(sy_decode_item), a, toks, 2, 1, l},
-                               {sizeof(sy_decode_item), b, bad_tok, 2, 1, l}};
+    sy_decode_item items[2] = {{sizeof(sy_decode_item), a, toks, 2, 1, l, NULL},
+                               {sizeof(sy_decode_item), b, bad_tok, 2, 1, l, NULL}};
     batch.items = items;
     assert_int_equal(T.api->decode(m, &batch), SY_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(T.api->error_message(), "264"));
@@ -1080,10 +1080,10 @@ static void bad_batches_are_refused_whole(void **state) {
     assert_int_equal(decode1(m, foreign, toks, 1, 0, NULL, NULL), SY_ERR_INVALID_ARGUMENT);
     assert_int_equal(decode1(m, NULL, toks, 1, 0, NULL, NULL), SY_ERR_INVALID_ARGUMENT);
     assert_int_equal(T.api->decode(m, NULL), SY_ERR_INVALID_ARGUMENT);
-    sy_decode_item one = {sizeof one, a, toks, 1, 0, NULL};
-    sy_decode_batch narrow = {sizeof narrow, 1, 8, &one, NULL};
+    sy_decode_item one = {sizeof one, a, toks, 1, 0, NULL, NULL};
+    sy_decode_batch narrow = {sizeof narrow, 1, 8, &one, NULL, NULL};
     assert_int_equal(T.api->decode(m, &narrow), SY_ERR_INVALID_ARGUMENT);
-    sy_decode_batch none = {sizeof none, 0, sizeof one, NULL, NULL};
+    sy_decode_batch none = {sizeof none, 0, sizeof one, NULL, NULL, NULL};
     assert_int_equal(T.api->decode(m, &none), SY_OK);
     assert_int_equal(T.api->seq_length(m, a), 2);
     assert_true(strlen(T.api->error_message()) > 0);
@@ -1182,8 +1182,8 @@ static int32_t reference_sample(const float *logits, float temp, uint32_t top_k,
 
 static sy_status decode_sample1(sy_model *m, sy_seq *s, const int32_t *toks, uint32_t n, sy_sampling_params *p,
                                 int32_t *out) {
-    sy_decode_item item = {sizeof item, s, toks, n, 1, NULL};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, s, toks, n, 1, NULL, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     return T.sampling->decode_sample(m, &batch, p, out);
 }
 
@@ -1252,9 +1252,9 @@ static void engine_sampling_follows_its_documented_algorithm(void **state) {
     uint64_t gx = 5, gy = 6, gx1 = 5, gy1 = 6;
     sy_sampling_params px[2] = {{sizeof(sy_sampling_params), 0.9f, 0, 1.0f, 0.0f, &gx},
                                 {sizeof(sy_sampling_params), 0.0f, 0, 1.0f, 0.0f, &gy}};
-    sy_decode_item items[2] = {{sizeof(sy_decode_item), x, toks, 5, 1, NULL},
-                               {sizeof(sy_decode_item), y, toks + 5, 9, 1, NULL}};
-    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL};
+    sy_decode_item items[2] = {{sizeof(sy_decode_item), x, toks, 5, 1, NULL, NULL},
+                               {sizeof(sy_decode_item), y, toks + 5, 9, 1, NULL, NULL}};
+    sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL, NULL};
     int32_t both[2];
     assert_int_equal(T.sampling->decode_sample(m, &batch, px, both), SY_OK);
     sy_sampling_params p1 = {sizeof p1, 0.9f, 0, 1.0f, 0.0f, &gx1}, p2 = {sizeof p2, 0.0f, 0, 1.0f, 0.0f, &gy1};
@@ -1270,8 +1270,8 @@ static void engine_sampling_follows_its_documented_algorithm(void **state) {
     assert_int_equal(decode_sample1(m, s, toks, 1, &no_rng, &tok), SY_ERR_INVALID_ARGUMENT);
     sy_sampling_params nan_temp = {sizeof nan_temp, NAN, 0, 1.0f, 0.0f, &rng};
     assert_int_equal(decode_sample1(m, s, toks, 1, &nan_temp, &tok), SY_ERR_INVALID_ARGUMENT);
-    sy_decode_item with_logits = {sizeof with_logits, s, toks, 1, 1, row};
-    sy_decode_batch b2 = {sizeof b2, 1, sizeof with_logits, &with_logits, NULL};
+    sy_decode_item with_logits = {sizeof with_logits, s, toks, 1, 1, row, NULL};
+    sy_decode_batch b2 = {sizeof b2, 1, sizeof with_logits, &with_logits, NULL, NULL};
     assert_int_equal(T.sampling->decode_sample(m, &b2, &greedy, &tok), SY_ERR_INVALID_ARGUMENT);
     assert_int_equal(T.sampling->decode_sample(m, &b2, NULL, &tok), SY_ERR_INVALID_ARGUMENT);
     assert_int_equal(T.api->seq_length(m, s), len);

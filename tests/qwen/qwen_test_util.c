@@ -203,8 +203,8 @@ sy_status qt_try_load(const char *dir, sy_model **out, char **message, ...) {
 }
 
 sy_status qt_decode(sy_model *m, sy_seq *s, const int32_t *tokens, uint32_t n, uint32_t n_logits, float *logits) {
-    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, s, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     return qt_api->decode(m, &batch);
 }
 

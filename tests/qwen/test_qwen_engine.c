@@ -267,9 +267,9 @@ static void test_batch_fork_truncate_cancel(void **state) {
         assert_int_equal(qt_api->seq_create(m, &s1), SY_OK);
         assert_int_equal(qt_api->seq_create(m, &s2), SY_OK);
         float *la = malloc(2 * V * sizeof(float)), *lb = malloc(V * sizeof(float));
-        sy_decode_item items[2] = {{sizeof(sy_decode_item), s1, a->ids, (uint32_t)a->n_ids, 2, la},
-                                   {sizeof(sy_decode_item), s2, b->ids, (uint32_t)b->n_ids, 1, lb}};
-        sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL};
+        sy_decode_item items[2] = {{sizeof(sy_decode_item), s1, a->ids, (uint32_t)a->n_ids, 2, la, NULL},
+                                   {sizeof(sy_decode_item), s2, b->ids, (uint32_t)b->n_ids, 1, lb, NULL}};
+        sy_decode_batch batch = {sizeof batch, 2, sizeof(sy_decode_item), items, NULL, NULL};
         assert_int_equal(qt_api->decode(m, &batch), SY_OK);
         assert_true(qt_max_abs_diff(la + V, a->last_logits, V) <= tolerance(a->last_logits, V));
         assert_true(qt_max_abs_diff(lb, b->last_logits, V) <= tolerance(b->last_logits, V));
@@ -297,8 +297,8 @@ static void test_batch_fork_truncate_cancel(void **state) {
 
         /* cancelled: SY_ERR_CANCELLED, the sequence as it was */
         sy_host_call *call = (sy_host_call *)(void *)&qt_cancel_requested; /* any non-NULL handle */
-        sy_decode_item item = {sizeof item, fork, a->ids, (uint32_t)a->n_ids, 1, lb};
-        sy_decode_batch one = {sizeof one, 1, sizeof item, &item, call};
+        sy_decode_item item = {sizeof item, fork, a->ids, (uint32_t)a->n_ids, 1, lb, NULL};
+        sy_decode_batch one = {sizeof one, 1, sizeof item, &item, call, NULL};
         qt_cancel_requested = 1;
         assert_int_equal(qt_api->decode(m, &one), SY_ERR_CANCELLED);
         qt_cancel_requested = 0;

@@ -54,7 +54,7 @@ static sy_status image_load(sy_model *model, sy_seq *seq, uint32_t begin, uint32
 }
 
 static const sy_engine_state_api image_api = {sizeof(sy_engine_state_api), image_info, image_chunk_bytes,
-                                              image_save, image_load};
+                                              image_save, image_load, NULL};
 
 /* ---- conversions --------------------------------------------------------------------------------------------- */
 

@@ -100,8 +100,8 @@ typedef struct run_result {
 
 static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_t *tokens, uint32_t n,
                             uint32_t n_logits, float *logits) {
-    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, seq, tokens, n, n_logits, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     return lm->engine->decode(lm->model, &batch);
 }
 

@@ -313,8 +313,8 @@ static void greedy_reference(const sy_loaded_model *lm, const int32_t *ctx, uint
     sy_seq *seq = NULL;
     assert_int_equal(lm->engine->seq_create(lm->model, &seq), SY_OK);
     float *logits = malloc(lm->info.n_vocab * sizeof *logits);
-    sy_decode_item item = {sizeof item, seq, ctx, n, 1, logits};
-    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL};
+    sy_decode_item item = {sizeof item, seq, ctx, n, 1, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
     assert_int_equal(lm->engine->decode(lm->model, &batch), SY_OK);
     for (uint32_t i = 0; i < k; i++) {
         out[i] = sy_argmax(logits, lm->info.n_vocab);

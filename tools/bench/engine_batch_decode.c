@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
                 rc = 1;
                 break;
             }
-            sy_decode_item item = {sizeof item, seqs[b], prompt, PROMPT_TOKENS, 1, logits[b]};
-            sy_decode_batch one = {sizeof one, 1, sizeof item, &item, NULL};
+            sy_decode_item item = {sizeof item, seqs[b], prompt, PROMPT_TOKENS, 1, logits[b], NULL};
+            sy_decode_batch one = {sizeof one, 1, sizeof item, &item, NULL, NULL};
             if (lm.engine->decode(lm.model, &one) != SY_OK) {
                 fprintf(stderr, "prefill: %s\n", lm.engine->error_message());
                 rc = 1;
@@ -69,8 +69,8 @@ int main(int argc, char **argv) {
         double t0 = sy_now_seconds();
         for (int step = 0; step < STEPS && rc == 0; step++) {
             for (int b = 0; b < batch_size; b++)
-                items[b] = (sy_decode_item){sizeof items[b], seqs[b], &next[b], 1, 1, logits[b]};
-            sy_decode_batch batch = {sizeof batch, (uint32_t)batch_size, sizeof items[0], items, NULL};
+                items[b] = (sy_decode_item){sizeof items[b], seqs[b], &next[b], 1, 1, logits[b], NULL};
+            sy_decode_batch batch = {sizeof batch, (uint32_t)batch_size, sizeof items[0], items, NULL, NULL};
             if (lm.engine->decode(lm.model, &batch) != SY_OK) {
                 fprintf(stderr, "decode: %s\n", lm.engine->error_message());
                 rc = 1;
