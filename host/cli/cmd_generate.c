@@ -233,8 +233,8 @@ int sy_cmd_generate(int argc, char **argv) {
     status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec);
 close:
     sy_speculator_free(spec);
-    if (draft_published) sy_host_unpublish_model(GENERATE_DRAFT_NAME);
-    if (published) sy_host_unpublish_model(GENERATE_TARGET_NAME);
+    if (draft_published) sy_loaded_model_unpublish(GENERATE_DRAFT_NAME, &draft_lm);
+    if (published) sy_loaded_model_unpublish(GENERATE_TARGET_NAME, &lm);
     sy_loaded_model_close(&draft_lm);
     sy_loaded_model_close(&lm);
     sy_plugin_registry_close(&reg);

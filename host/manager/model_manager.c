@@ -681,7 +681,7 @@ static void drafting_stop(mm_model *m) {
     char **names[2] = {&m->published_draft, &m->published_target};
     for (int i = 0; i < 2; i++) {
         if (*names[i] == NULL) continue;
-        if (sy_host_unpublish_model(*names[i]) != 0)
+        if (sy_host_unpublish_model(m->lm.plugin->host, *names[i]) != 0)
             sy_log(SY_LOG_ERROR, "model %s: %s is still borrowed by a drafter", m->name, *names[i]);
         free(*names[i]);
         *names[i] = NULL;

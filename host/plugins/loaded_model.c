@@ -120,5 +120,9 @@ long sy_loaded_model_token_bytes(const sy_loaded_model *lm, int32_t token, char 
 }
 
 int sy_loaded_model_publish(const char *name, const sy_loaded_model *lm) {
-    return sy_host_publish_model(name, lm->engine, lm->model);
+    return sy_host_publish_model(lm->plugin->host, name, lm->engine, lm->model);
+}
+
+int sy_loaded_model_unpublish(const char *name, const sy_loaded_model *lm) {
+    return sy_host_unpublish_model(lm->plugin->host, name);
 }

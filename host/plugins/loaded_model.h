@@ -29,7 +29,9 @@ int32_t *sy_loaded_model_tokenize(const sy_loaded_model *lm, const char *text, s
 /* A token's bytes into buf (grown as needed); returns the length or -1. */
 long sy_loaded_model_token_bytes(const sy_loaded_model *lm, int32_t token, char **buf, size_t *cap);
 
-/* Publish the model under name for drafters (sy_host_publish_model). */
+/* Publish the model under name for drafters, in its plugin's host context (sy_host_publish_model); and take
+ * the name back (-1 while a drafter holds it). */
 int sy_loaded_model_publish(const char *name, const sy_loaded_model *lm);
+int sy_loaded_model_unpublish(const char *name, const sy_loaded_model *lm);
 
 #endif

@@ -48,6 +48,9 @@ static int valid_plugin_name(const char *name) {
     return n > 0 && n <= 63;
 }
 
+/* The size of a table's 1.0 part: up to and including its last 1.0 member. */
+#define SY_TABLE_MIN(type, last_member) (offsetof(type, last_member) + sizeof(((type *)0)->last_member))
+
 /* An interface table is usable when it is present and its struct_size covers at least the 1.0 part. */
 static const void *lookup_interface(const sy_plugin_entry *entry, const char *id, size_t min_size) {
     const uint32_t *table = entry->get_interface(id);
@@ -100,9 +103,13 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
         dlclose(handle);
         return;
     }
-    sy_status st = entry->init(sy_host_api_get());
+    if (reg->host == NULL) reg->host = sy_host_context_create();
+    sy_plugin_host *lent = sy_plugin_host_create(reg->host, path);
+    sy_plugin_host_set_name(lent, entry->name);
+    sy_status st = entry->init(sy_plugin_host_api(lent));
     if (st != SY_OK) {
         refuse(reg, path, "init failed with status %d (%s)", (int)st, sy_status_name(st));
+        sy_plugin_host_free(lent);
         dlclose(handle);
         return;
     }
@@ -111,13 +118,23 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
     plugin.path = sy_strdup(path);
     plugin.handle = handle;
     plugin.entry = entry;
-    plugin.engine = lookup_interface(entry, SY_ENGINE_INTERFACE_ID, offsetof(sy_engine_api, decode) + sizeof(void *));
-    plugin.engine_state = lookup_interface(entry, SY_ENGINE_STATE_INTERFACE_ID, sizeof(sy_engine_state_api));
-    plugin.engine_sampling = lookup_interface(entry, SY_ENGINE_SAMPLING_INTERFACE_ID, sizeof(sy_engine_sampling_api));
-    plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, sizeof(sy_drafter_api));
+    plugin.host = reg->host;
+    plugin.lent = lent;
+    /* Each table is taken when it holds its 1.0 part: a minor that appends to a table must not drop the
+     * extensions of every plugin built before it. */
+    plugin.engine = lookup_interface(entry, SY_ENGINE_INTERFACE_ID, SY_TABLE_MIN(sy_engine_api, decode));
+    plugin.engine_state =
+        lookup_interface(entry, SY_ENGINE_STATE_INTERFACE_ID, SY_TABLE_MIN(sy_engine_state_api, state_load_chunk));
+    plugin.engine_sampling =
+        lookup_interface(entry, SY_ENGINE_SAMPLING_INTERFACE_ID, SY_TABLE_MIN(sy_engine_sampling_api, decode_sample));
+    plugin.engine_resources =
+        lookup_interface(entry, SY_ENGINE_RESOURCES_INTERFACE_ID, SY_TABLE_MIN(sy_engine_resources_api, estimate));
+    plugin.options = lookup_interface(entry, SY_PLUGIN_OPTIONS_INTERFACE_ID, SY_TABLE_MIN(sy_plugin_options_api, options));
+    plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, SY_TABLE_MIN(sy_drafter_api, observe));
     if (plugin.engine == NULL && plugin.drafter == NULL) {
         if (entry->deinit) entry->deinit();
         free(plugin.path);
+        sy_plugin_host_free(lent);
         refuse(reg, path, "offers neither %s nor %s (or its table is too small)", SY_ENGINE_INTERFACE_ID,
                SY_DRAFTER_INTERFACE_ID);
         dlclose(handle);
@@ -128,6 +145,7 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
     if (reg->plugins == NULL || n == SY_PLUGIN_MAX) {
         if (entry->deinit) entry->deinit();
         free(plugin.path);
+        sy_plugin_host_free(lent);
         if (reg->plugins != NULL) refuse(reg, path, "more than %d plugins", SY_PLUGIN_MAX);
         dlclose(handle);
         return;
@@ -311,7 +329,9 @@ void sy_plugin_registry_close(sy_plugin_registry *reg) {
         /* Sanitizer builds keep the code mapped so leak reports can still symbolize plugin frames. */
         if (getenv("SY_KEEP_PLUGINS_MAPPED") == NULL) dlclose(p->handle);
         free(p->path);
+        sy_plugin_host_free(p->lent);
     }
+    sy_host_context_free(reg->host);
     for (size_t i = 0; i < reg->n_refused; i++) {
         free(reg->refused[i].path);
         free(reg->refused[i].reason);

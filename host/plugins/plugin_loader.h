@@ -10,10 +10,15 @@ typedef struct sy_plugin {
     char *path;
     void *handle; /* dlopen handle */
     const sy_plugin_entry *entry;
-    /* Interface tables the plugin offers (NULL when it does not). */
+    struct sy_host_context *host; /* the registry's: where its models are published */
+    struct sy_plugin_host *lent;  /* the host API table this plugin was given */
+    /* Interface tables the plugin offers (NULL when it does not). A table is read only as far as its
+     * struct_size goes (SY_HAS_FIELD). */
     const sy_engine_api *engine;
     const sy_engine_state_api *engine_state;
     const sy_engine_sampling_api *engine_sampling;
+    const sy_engine_resources_api *engine_resources;
+    const sy_plugin_options_api *options;
     const sy_drafter_api *drafter;
 } sy_plugin;
 
@@ -34,6 +39,7 @@ typedef struct sy_plugin_registry {
     sy_refused_plugin *refused; /* grows while loading; read it only where no other thread loads */
     size_t n_refused;
     struct sy_plugin_lazy *lazy; /* NULL unless opened by sy_plugin_registry_open_lazy */
+    struct sy_host_context *host; /* published models; made with the first plugin loaded */
 } sy_plugin_registry;
 
 /* Load every "*.so" in dir (sorted by file name). Files that fail a check are recorded in reg->refused with

@@ -49,7 +49,10 @@ void sy_cpu_log(sy_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    host->log(level, plugin_name, line);
+    if (SY_HAS_FIELD(host, sy_host_api, log_ctx) && host->log_ctx != NULL)
+        host->log_ctx(host->context, level, line);
+    else
+        host->log(level, plugin_name, line);
 }
 
 /* ---- options ---- */
@@ -322,7 +325,10 @@ sy_status sy_cpu_seq_fork(sy_model *m, const sy_seq *src, uint32_t n, sy_seq **o
 /* ---- decode ---- */
 
 static int host_cancelled(void *call) {
-    return host && host->is_cancelled ? host->is_cancelled((const sy_host_call *)call) : 0;
+    if (host == NULL) return 0;
+    if (SY_HAS_FIELD(host, sy_host_api, is_cancelled_ctx) && host->is_cancelled_ctx != NULL)
+        return host->is_cancelled_ctx(host->context, (const sy_host_call *)call);
+    return host->is_cancelled ? host->is_cancelled((const sy_host_call *)call) : 0;
 }
 
 sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {

@@ -104,6 +104,22 @@ out:
     return st;
 }
 
+/* Borrowing through the host: the 1.2 callbacks look in this plugin's own host, the 1.0 ones in every host of
+ * the process. */
+static sy_status borrow(const sy_host_api *host, const char *name, const sy_engine_api **engine, sy_model **model,
+                        sy_engine_ref **ref) {
+    if (SY_HAS_FIELD(host, sy_host_api, release_engine_ctx) && host->acquire_engine_ctx && host->release_engine_ctx)
+        return host->acquire_engine_ctx(host->context, name, engine, model, ref);
+    return host->acquire_engine(name, engine, model, ref);
+}
+
+static void give_back(const sy_host_api *host, sy_engine_ref *ref) {
+    if (SY_HAS_FIELD(host, sy_host_api, release_engine_ctx) && host->acquire_engine_ctx && host->release_engine_ctx)
+        host->release_engine_ctx(host->context, ref);
+    else
+        host->release_engine(ref);
+}
+
 sy_status sd_model_create(const char *name, const char *target_name, uint32_t n_vocab, sd_model_drafter **out) {
     *out = NULL;
     const sy_host_api *host = sd_host();
@@ -118,7 +134,7 @@ sy_status sd_model_create(const char *name, const char *target_name, uint32_t n_
         free(m);
         return sd_fail(SY_ERR_OUT_OF_MEMORY, "out of memory for a model drafter");
     }
-    sy_status st = host->acquire_engine(name, &m->engine, &m->model, &m->ref);
+    sy_status st = borrow(host, name, &m->engine, &m->model, &m->ref);
     if (st != SY_OK || m->engine == NULL || m->model == NULL) {
         free(m->name);
         free(m);
@@ -145,18 +161,18 @@ sy_status sd_model_create(const char *name, const char *target_name, uint32_t n_
     const sy_engine_api *te = NULL;
     sy_model *tm = NULL;
     sy_engine_ref *tref = NULL;
-    if (host->acquire_engine(target_name, &te, &tm, &tref) != SY_OK || te == NULL || tm == NULL) {
+    if (borrow(host, target_name, &te, &tm, &tref) != SY_OK || te == NULL || tm == NULL) {
         st = sd_fail(SY_ERR_UNSUPPORTED, "model drafter: the target '%.64s' is not available to compare tokenizers",
                      target_name);
         goto fail;
     }
     st = compare_tokenizers(name, m->engine, m->model, target_name, te, tm, n_vocab);
-    host->release_engine(tref);
+    give_back(host, tref);
     if (st != SY_OK) goto fail;
     *out = m;
     return SY_OK;
 fail:
-    host->release_engine(m->ref);
+    give_back(host, m->ref);
     free(m->name);
     free(m);
     return st;
@@ -165,7 +181,7 @@ fail:
 void sd_model_destroy(sd_model_drafter *m) {
     if (m == NULL) return;
     const sy_host_api *host = sd_host();
-    if (host != NULL) host->release_engine(m->ref);
+    if (host != NULL) give_back(host, m->ref);
     free(m->name);
     free(m);
 }

@@ -116,7 +116,10 @@ static void unreadable_directory_is_an_error(void **state) {
 
 static void host_api_is_complete(void **state) {
     (void)state;
-    const sy_host_api *host = sy_host_api_get();
+    sy_host_context *ctx = sy_host_context_create();
+    sy_plugin_host *lent = sy_plugin_host_create(ctx, "/plugins/x.so");
+    sy_plugin_host_set_name(lent, "x");
+    const sy_host_api *host = sy_plugin_host_api(lent);
     assert_non_null(host);
     assert_int_equal(host->struct_size, sizeof(sy_host_api));
     assert_int_equal(host->abi_major, SY_ABI_VERSION_MAJOR);
@@ -125,6 +128,52 @@ static void host_api_is_complete(void **state) {
     assert_non_null(host->log);
     assert_non_null(host->is_cancelled);
     assert_int_equal(host->is_cancelled(NULL), 0);
+    /* 1.2: the plugin's own context and path, and context-taking callbacks. */
+    assert_ptr_not_equal(host->context, NULL);
+    assert_string_equal(host->plugin_path, "/plugins/x.so");
+    assert_non_null(host->log_ctx);
+    assert_non_null(host->acquire_engine_ctx);
+    assert_non_null(host->release_engine_ctx);
+    assert_int_equal(host->is_cancelled_ctx(host->context, NULL), 0);
+    sy_host_call call;
+    sy_host_call_init(&call);
+    assert_int_equal(host->is_cancelled_ctx(host->context, &call), 0);
+    sy_host_call_cancel(&call);
+    assert_int_not_equal(host->is_cancelled_ctx(host->context, &call), 0);
+    sy_plugin_host_free(lent);
+    sy_host_context_free(ctx);
+}
+
+/* Two host contexts in one process: a name published in one is not seen through the other's plugins, while the
+ * context-less 1.0 callback still finds it (it searches every live context). */
+static void host_contexts_are_separate(void **state) {
+    (void)state;
+    sy_host_context *a = sy_host_context_create(), *b = sy_host_context_create();
+    sy_plugin_host *pa = sy_plugin_host_create(a, "a.so"), *pb = sy_plugin_host_create(b, "b.so");
+    const sy_host_api *ha = sy_plugin_host_api(pa), *hb = sy_plugin_host_api(pb);
+    static const sy_engine_api fake_engine = {.struct_size = sizeof fake_engine};
+    sy_model *fake_model = (sy_model *)&fake_engine;
+    assert_int_equal(sy_host_publish_model(a, "only-in-a", &fake_engine, fake_model), 0);
+    assert_int_equal(sy_host_publish_model(a, "only-in-a", &fake_engine, fake_model), -1); /* taken */
+    assert_int_equal(sy_host_publish_model(b, "only-in-a", &fake_engine, fake_model), 0);  /* b is apart */
+    assert_int_equal(sy_host_unpublish_model(b, "only-in-a"), 0);
+    const sy_engine_api *e = NULL;
+    sy_model *m = NULL;
+    sy_engine_ref *ref = NULL;
+    assert_int_equal(hb->acquire_engine_ctx(hb->context, "only-in-a", &e, &m, &ref), SY_ERR_UNSUPPORTED);
+    assert_int_equal(ha->acquire_engine_ctx(ha->context, "only-in-a", &e, &m, &ref), SY_OK);
+    assert_ptr_equal(e, &fake_engine);
+    assert_ptr_equal(m, fake_model);
+    assert_int_equal(sy_host_unpublish_model(a, "only-in-a"), -1); /* borrowed */
+    ha->release_engine_ctx(ha->context, ref);
+    assert_int_equal(hb->acquire_engine("only-in-a", &e, &m, &ref), SY_OK); /* 1.0: any live context */
+    hb->release_engine(ref);
+    assert_int_equal(sy_host_unpublish_model(a, "only-in-a"), 0);
+    assert_int_equal(hb->acquire_engine("only-in-a", &e, &m, &ref), SY_ERR_UNSUPPORTED);
+    sy_plugin_host_free(pa);
+    sy_plugin_host_free(pb);
+    sy_host_context_free(a);
+    sy_host_context_free(b);
 }
 
 static void bundled_test_engine_loads(void **state) {
@@ -312,6 +361,7 @@ int main(void) {
         cmocka_unit_test(older_minor_loads_with_its_shorter_tables),
         cmocka_unit_test(unreadable_directory_is_an_error),
         cmocka_unit_test(host_api_is_complete),
+        cmocka_unit_test(host_contexts_are_separate),
         cmocka_unit_test(bundled_test_engine_loads),
         cmocka_unit_test(lazy_registry_loads_a_plugin_when_first_named),
         cmocka_unit_test(lazy_registry_serves_threads_while_loading),

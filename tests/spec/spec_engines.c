@@ -186,9 +186,9 @@ void se_check_model(const spec_env *env, const se_model_case *c) {
         assert_int_equal(sy_loaded_model_publish("se:other", c->other), 0);
         t = check_drafter(env, c, &w, plain, "model:se:other", "another model as drafter", 6, 0.05);
         assert_true(t.drafted > 0);
-        assert_int_equal(sy_host_unpublish_model("se:other"), 0);
+        assert_int_equal(sy_loaded_model_unpublish("se:other", c->other), 0);
     }
-    assert_int_equal(sy_host_unpublish_model("se:target"), 0);
+    assert_int_equal(sy_loaded_model_unpublish("se:target", lm), 0);
     spec_batch_free(plain);
     se_free_workload(&w);
 }

@@ -355,7 +355,7 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
 
     sy_drafter *d = make("model:t:draft", "t:target", n_vocab, NULL, 0);
     /* Borrowed while the drafter lives. */
-    assert_int_equal(sy_host_unpublish_model("t:draft"), -1);
+    assert_int_equal(sy_loaded_model_unpublish("t:draft", &draft), -1);
     sy_draft_state *s = NULL;
     assert_int_equal(api->state_create(d, &s), SY_OK);
     int32_t ctx[300], got[8], want[8];
@@ -377,7 +377,7 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
     }
     api->state_free(d, s);
     api->destroy(d);
-    assert_int_equal(sy_host_unpublish_model("t:draft"), 0);
+    assert_int_equal(sy_loaded_model_unpublish("t:draft", &draft), 0);
     assert_int_equal(sy_loaded_model_publish("t:draft", &draft), 0);
 
     /* Refusals say what differs. */
@@ -401,7 +401,7 @@ static void model_drafter_drafts_greedily_and_checks_tokenizers(void **state) {
     assert_non_null(strstr(msg, "\\xc8")); /* the target's byte 200 */
     /* Every reference taken by the refused creates was given back. */
     static const char *const names[] = {"t:liar", "t:wide", "t:draft", "t:target"};
-    for (size_t i = 0; i < 4; i++) assert_int_equal(sy_host_unpublish_model(names[i]), 0);
+    for (size_t i = 0; i < 4; i++) assert_int_equal(sy_loaded_model_unpublish(names[i], &target), 0);
     sy_loaded_model_close(&wide);
     sy_loaded_model_close(&draft);
     sy_loaded_model_close(&target);

@@ -220,8 +220,8 @@ static void model_drafter_greedy_equals_plain(void **state) {
     spec_batch_free(spec);
     sy_speculator_free(sp);
 
-    assert_int_equal(sy_host_unpublish_model("g:target"), 0);
-    assert_int_equal(sy_host_unpublish_model("g:other"), 0);
+    assert_int_equal(sy_loaded_model_unpublish("g:target", &lm), 0);
+    assert_int_equal(sy_loaded_model_unpublish("g:other", &other), 0);
     spec_batch_free(plain);
     free_workload(&w);
     sy_loaded_model_close(&other);
@@ -346,7 +346,7 @@ static void model_manager_starts_drafters_from_the_config(void **state) {
     sy_model_manager_destroy(mm);
     /* Every name lent to a drafter was taken back. */
     assert_int_equal(sy_loaded_model_publish("drafted#1", &lm), 0);
-    assert_int_equal(sy_host_unpublish_model("drafted#1"), 0);
+    assert_int_equal(sy_loaded_model_unpublish("drafted#1", &lm), 0);
     spec_batch_free(plain);
     spec_batch_free(looked_up);
     spec_batch_free(drafted);

@@ -45,7 +45,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     (void)state;
-    sy_host_unpublish_model("s:target");
+    sy_loaded_model_unpublish("s:target", &lm);
     sy_loaded_model_close(&lm);
     free(prompt);
     spec_env_close(&env);
