@@ -277,66 +277,6 @@ int sy_matmul_quantized_via_qx(const sy_kernels *tier, sy_dtype wtype, const voi
     return rc;
 }
 
-/* Y[b * ldy + r] = partial on a row's first chunk, += on the others. */
-static inline void put_partial(float *Y, size_t ldy, size_t b, size_t r, float partial, int first) {
-    if (first) {
-        Y[b * ldy + r] = partial;
-    } else {
-        Y[b * ldy + r] += partial;
-    }
-}
-
-void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unpacked4_fn dot4,
-                         sy_dot_unpacked2x4_fn dot2x4, sy_dtype wtype, const void *W, size_t row_bytes,
-                         size_t row_begin, size_t row_end, size_t k, const void *QX, size_t n_batch, float *Y,
-                         size_t ldy) {
-    _Alignas(64) uint8_t u[2][SY_UNPACK_CHUNK];
-    _Alignas(64) float a[2][SY_UNPACK_CHUNK / SY_QX_GROUP];
-    _Alignas(64) float c[2][SY_UNPACK_CHUNK / SY_QX_GROUP];
-    const sy_dtype_traits *traits = sy_dtype_get(wtype);
-    if (k == 0) {
-        for (size_t r = row_begin; r < row_end; r++)
-            for (size_t b = 0; b < n_batch; b++) Y[b * ldy + r] = 0.0f;
-        return;
-    }
-    /* two rows at a time where the tier has a 2 x 4 tile and there are four tokens to fill it */
-    size_t rows_per_pass = dot2x4 != NULL && dot4 != NULL && n_batch >= 4 ? 2 : 1;
-    for (size_t r = row_begin; r < row_end; r += rows_per_pass) {
-        size_t n_rows = row_end - r < rows_per_pass ? row_end - r : rows_per_pass;
-        for (size_t k0 = 0; k0 < k; k0 += SY_UNPACK_CHUNK) {
-            size_t n = k - k0 < SY_UNPACK_CHUNK ? k - k0 : SY_UNPACK_CHUNK;
-            int first = k0 == 0;
-            for (size_t i = 0; i < n_rows; i++) {
-                const uint8_t *row = (const uint8_t *)W + (r + i) * row_bytes;
-                unpack(wtype, row + (k0 / traits->block_elems) * traits->block_bytes, n, u[i], a[i], c[i]);
-            }
-            size_t b = 0;
-            if (dot4 != NULL) {
-                for (; b + 4 <= n_batch; b += 4) {
-                    sy_qx_row x[4];
-                    float partial[2][4];
-                    for (size_t t = 0; t < 4; t++) x[t] = sy_qx_row_at(QX, k, b + t);
-                    if (n_rows == 2) {
-                        dot2x4(u[0], a[0], c[0], u[1], a[1], c[1], x, k0, n, partial);
-                    } else {
-                        dot4(u[0], a[0], c[0], x, k0, n, partial[0]);
-                    }
-                    for (size_t i = 0; i < n_rows; i++)
-                        for (size_t t = 0; t < 4; t++) put_partial(Y, ldy, b + t, r + i, partial[i][t], first);
-                }
-            }
-            for (; b < n_batch; b++) {
-                sy_qx_row x = sy_qx_row_at(QX, k, b);
-                for (size_t i = 0; i < n_rows; i++) {
-                    float partial =
-                        dot(u[i], a[i], c[i], x.q + k0, x.d + k0 / SY_QX_BLOCK, x.s16 + k0 / SY_QX_GROUP, n);
-                    put_partial(Y, ldy, b, r + i, partial, first);
-                }
-            }
-        }
-    }
-}
-
 void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE_MAX], int tile, sy_dtype wtype, const void *W,
                                size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
                                size_t n_batch, float *Y, size_t ldy) {

@@ -1,5 +1,5 @@
-/* The AVX-512 tier (F, BW, VL, VNNI): 16-wide f32 FMA with masked tails, vpdpbusd integer dots. Block unpacking
- * reuses the AVX2 code (every CPU of this tier has AVX2). */
+/* The AVX-512 tier (F, BW, VL, VNNI): 16-wide f32 FMA with masked tails; quantized weights go to the fused
+ * vpdpbusd kernels (sy_kernels_fused_avx512.c). */
 #include "sy_kernels_internal.h"
 
 #if SY_KERNELS_X86
@@ -198,160 +198,17 @@ static int matmul_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t
     return SY_KERNEL_OK;
 }
 
-/* ---- integer dot of an unpacked chunk with quantized activations ---- */
-
-AVX512 static float dot_unpacked_avx512(const uint8_t *u, const float *a, const float *c, const int8_t *q,
-                                       const float *d, const float *s16, size_t n) {
-    /* lane j of a vpdpbusd result sums elements 4j..4j+3, so group g of a 64-element step owns lanes 4g..4g+3 */
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    size_t blocks = n / 32, blk = 0;
-    for (; blk + 2 <= blocks; blk += 2) {
-        __m512i uu = _mm512_loadu_si512(u + 32 * blk);
-        __m512i qq = _mm512_loadu_si512(q + 32 * blk);
-        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uu, qq);
-        __m128 dd = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(d + blk))); /* d0 d1 - - */
-        __m128 s4 = _mm_mul_ps(_mm_loadu_ps(a + 2 * blk), _mm_unpacklo_ps(dd, dd));     /* per group */
-        __m512 scales = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));
-        if ((blk / 2) & 1) {
-            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales, acc1);
-        } else {
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales, acc0);
-        }
-    }
-    float sum = 0.0f;
-    if (blk < blocks) {
-        __m256i uu = _mm256_loadu_si256((const __m256i *)(const void *)(u + 32 * blk));
-        __m256i qq = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * blk));
-        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uu, qq);
-        __m128i a2 = _mm_loadl_epi64((const __m128i *)(const void *)(a + 2 * blk));
-        __m256 pair = _mm256_castps128_ps256(_mm_castsi128_ps(a2));
-        __m256 scales = _mm256_mul_ps(_mm256_permutevar8x32_ps(pair, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
-                                      _mm256_set1_ps(d[blk]));
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(p), scales);
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    }
-    /* offsets times group sums */
-    size_t groups = n / SY_QX_GROUP, g = 0;
-    __m512 off = _mm512_setzero_ps();
-    for (; g + 16 <= groups; g += 16) off = _mm512_fmadd_ps(_mm512_loadu_ps(c + g), _mm512_loadu_ps(s16 + g), off);
-    if (g < groups) {
-        __mmask16 m = (__mmask16)((1u << (groups - g)) - 1u);
-        off = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c + g), _mm512_maskz_loadu_ps(m, s16 + g), off);
-    }
-    sum += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), off));
-    return sum;
-}
-
-/* Four tokens per pass over an unpacked chunk, one or two rows (rows == 2) at a time: each row's codes and per-lane
- * scales are loaded and spread once for the four tokens, each token's block scales once for the rows; then every
- * (row, token) pair costs a dpbusd, a multiply of the two scales, a conversion and an FMA per 64 elements.
- * Accumulators are named variables: arrays of vectors would live in memory. */
-#define TILE_PAIR(i, t, uu, as, qq, ds)                                                                            \
-    acc##i##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), uu, qq)),            \
-                                _mm512_mul_ps(as, ds), acc##i##t)
-#define TILE_TOKEN(t, m, dmask)                                                                                    \
-    do {                                                                                                           \
-        __m512i qq = _mm512_maskz_loadu_epi32(m, q##t + 64 * s);                                                   \
-        __m512 ds = _mm512_permutexvar_ps(by8, _mm512_castps128_ps512(_mm_maskz_loadu_ps(dmask, d##t + 2 * s)));  \
-        TILE_PAIR(0, t, uu0, as0, qq, ds);                                                                         \
-        if (rows == 2) TILE_PAIR(1, t, uu1, as1, qq, ds);                                                          \
-    } while (0)
-#define TILE_STEP(m, amask, dmask)                                                                                 \
-    do {                                                                                                           \
-        __m512i uu0 = _mm512_maskz_loadu_epi32(m, u0 + 64 * s), uu1 = uu0;                                         \
-        __m512 as0 = _mm512_permutexvar_ps(by4, _mm512_castps128_ps512(_mm_maskz_loadu_ps(amask, a0 + 4 * s))),   \
-               as1 = as0;                                                                                          \
-        if (rows == 2) {                                                                                           \
-            uu1 = _mm512_maskz_loadu_epi32(m, u1 + 64 * s);                                                        \
-            as1 = _mm512_permutexvar_ps(by4, _mm512_castps128_ps512(_mm_maskz_loadu_ps(amask, a1 + 4 * s)));      \
-        }                                                                                                          \
-        TILE_TOKEN(0, m, dmask);                                                                                   \
-        TILE_TOKEN(1, m, dmask);                                                                                   \
-        TILE_TOKEN(2, m, dmask);                                                                                   \
-        TILE_TOKEN(3, m, dmask);                                                                                   \
-    } while (0)
-#define TILE_OFFSETS(t)                                                                                            \
-    do {                                                                                                           \
-        __m512 sums = _mm512_maskz_loadu_ps(m, s##t + g);                                                          \
-        acc0##t = _mm512_fmadd_ps(cc0, sums, acc0##t);                                                             \
-        if (rows == 2) acc1##t = _mm512_fmadd_ps(cc1, sums, acc1##t);                                              \
-    } while (0)
-
-AVX512 static ALWAYS_INLINE void dot_unpacked_tile(const int rows, const uint8_t *u0, const float *a0, const float *c0,
-                                                   const uint8_t *u1, const float *a1, const float *c1,
-                                                   const sy_qx_row *x, size_t k0, size_t n, float out[2][4]) {
-    const __m512i by4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i by8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const int8_t *q0 = x[0].q + k0, *q1 = x[1].q + k0, *q2 = x[2].q + k0, *q3 = x[3].q + k0;
-    const float *d0 = x[0].d + k0 / 32, *d1 = x[1].d + k0 / 32, *d2 = x[2].d + k0 / 32, *d3 = x[3].d + k0 / 32;
-    __m512 acc00 = _mm512_setzero_ps(), acc01 = acc00, acc02 = acc00, acc03 = acc00;
-    __m512 acc10 = acc00, acc11 = acc00, acc12 = acc00, acc13 = acc00;
-    size_t s = 0;
-    for (; s < n / 64; s++) TILE_STEP(0xffff, 0xf, 0x3);
-    if (n % 64 != 0) TILE_STEP(0xff, 0x3, 0x1); /* one block of 32 left: the upper half masked off, not read */
-    /* offsets times group sums, each row's offsets loaded once for the four tokens */
-    const float *s0 = x[0].s16 + k0 / 16, *s1 = x[1].s16 + k0 / 16, *s2 = x[2].s16 + k0 / 16, *s3 = x[3].s16 + k0 / 16;
-    size_t groups = n / SY_QX_GROUP;
-    for (size_t g = 0; g < groups; g += 16) {
-        __mmask16 m = groups - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (groups - g)) - 1u);
-        __m512 cc0 = _mm512_maskz_loadu_ps(m, c0 + g), cc1 = cc0;
-        if (rows == 2) cc1 = _mm512_maskz_loadu_ps(m, c1 + g);
-        TILE_OFFSETS(0);
-        TILE_OFFSETS(1);
-        TILE_OFFSETS(2);
-        TILE_OFFSETS(3);
-    }
-    out[0][0] = _mm512_reduce_add_ps(acc00);
-    out[0][1] = _mm512_reduce_add_ps(acc01);
-    out[0][2] = _mm512_reduce_add_ps(acc02);
-    out[0][3] = _mm512_reduce_add_ps(acc03);
-    if (rows == 2) {
-        out[1][0] = _mm512_reduce_add_ps(acc10);
-        out[1][1] = _mm512_reduce_add_ps(acc11);
-        out[1][2] = _mm512_reduce_add_ps(acc12);
-        out[1][3] = _mm512_reduce_add_ps(acc13);
-    }
-}
-#undef TILE_PAIR
-#undef TILE_TOKEN
-#undef TILE_STEP
-#undef TILE_OFFSETS
-
-AVX512 static void dot_unpacked4_avx512(const uint8_t *u, const float *a, const float *c, const sy_qx_row *x,
-                                        size_t k0, size_t n, float *out) {
-    float tile[2][4];
-    dot_unpacked_tile(1, u, a, c, u, a, c, x, k0, n, tile);
-    memcpy(out, tile[0], sizeof tile[0]);
-}
-
-AVX512 static void dot_unpacked2x4_avx512(const uint8_t *u0, const float *a0, const float *c0, const uint8_t *u1,
-                                          const float *a1, const float *c1, const sy_qx_row *x, size_t k0, size_t n,
-                                          float out[2][4]) {
-    dot_unpacked_tile(2, u0, a0, c0, u1, a1, c1, x, k0, n, out);
-}
-
-/* The fused kernels serve every batch size: the unpack path adds up in another order, so a token's result would
- * depend on how many others share its call, and speculative verification and continuous batching could pick other
- * tokens than a plain decode at a near-tie. The unpack path stays for -DSY_FUSED_DISABLE=1 builds. */
-#define FUSED_CROSSOVER_BLOCKS32 SIZE_MAX
-
+/* Every quantized type at every batch size by the fused kernels: one accumulation order whatever the batch, so a
+ * token's result does not depend on how many others share its call (speculative verification and continuous
+ * batching pick the tokens of a plain decode). sy_matmul_qx_check accepts exactly the types the fused table has. */
 static int matmul_qx_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
                             size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
     if (sy_matmul_qx_check(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy) != NULL)
         return SY_KERNEL_EINVAL;
     sy_fused_rows_fn fused[SY_FUSED_TILE_MAX];
-    int tile = 0;
-    if (sy_fused_wanted(wtype, n_batch, FUSED_CROSSOVER_BLOCKS32) &&
-        (tile = sy_fused_kernels_avx512(wtype, fused)) > 0) {
-        sy_matmul_qx_fused_driver(fused, tile, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
-        return SY_KERNEL_OK;
-    }
-    /* vpdpbusd multiplies unsigned by signed bytes without saturating, so Q8_0's full 8-bit range is fine */
-    sy_matmul_qx_driver(sy_unpack_avx2, dot_unpacked_avx512, dot_unpacked4_avx512, dot_unpacked2x4_avx512, wtype, W,
-                        row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
+    int tile = sy_fused_kernels_avx512(wtype, fused);
+    if (tile == 0) return SY_KERNEL_EINVAL;
+    sy_matmul_qx_fused_driver(fused, tile, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
     return SY_KERNEL_OK;
 }
 

@@ -1,4 +1,4 @@
-/* Fused quantized dots, AVX2 tier (AVX2 + FMA + F16C): small batches, and the K-quants at every batch size (see
+/* Fused quantized dots, AVX2 tier (AVX2 + FMA + F16C), for every quantized type and batch size (see
  * sy_kernels_internal.h).
  *
  * Each weight block is decoded to unsigned bytes in registers (Q8_0 stays signed and uses the sign trick) and

@@ -54,55 +54,21 @@ static inline sy_qx_row sy_qx_row_at(const void *QX, size_t k, size_t b) {
     return row;
 }
 
-/* Quantized weights are unpacked, a chunk of a row at a time, to a common form that all types share:
+/* The scalar reference unpacks quantized weights, a chunk of a row at a time, to a common form that all types share:
  * weight[i] = a[i/16] * u[i] + c[i/16] with u[i] an unsigned 8-bit integer (Q8_0 uses all 8 bits, the others at
- * most 6). A chunk is a whole number of blocks. */
+ * most 6), and dots it with the quantized activations per 16 elements. A chunk is a whole number of blocks. The
+ * SIMD tiers never unpack: they use the fused kernels below. */
 #define SY_UNPACK_CHUNK 1024
 
-/* Unpacks n elements (a multiple of the type's block size) starting at a block boundary. */
-typedef void (*sy_unpack_fn)(sy_dtype wtype, const uint8_t *blocks, size_t n, uint8_t *u, float *a, float *c);
-/* Sum over the chunk of weight[i] * x[i] with x in quantized form; n is a multiple of 32. */
-typedef float (*sy_dot_unpacked_fn)(const uint8_t *u, const float *a, const float *c, const int8_t *q,
-                                    const float *d, const float *s16, size_t n);
-/* The same for four batch rows at once (register tiles: each unpacked chunk is loaded once per four tokens):
- * out[t] = the sum for activation row x[t], whose elements k0 .. k0 + n - 1 meet the chunk. */
-typedef void (*sy_dot_unpacked4_fn)(const uint8_t *u, const float *a, const float *c, const sy_qx_row *x, size_t k0,
-                                    size_t n, float *out);
-/* Two rows by four tokens (out[i][t]: row i, token t): each token's block scales are spread once for both rows. */
-typedef void (*sy_dot_unpacked2x4_fn)(const uint8_t *u0, const float *a0, const float *c0, const uint8_t *u1,
-                                      const float *a1, const float *c1, const sy_qx_row *x, size_t k0, size_t n,
-                                      float out[2][4]);
-/* Whether the unpacked values of this type can exceed 127 (Q8_0), which some integer paths must know. */
-static inline int sy_unpacked_is_wide(sy_dtype wtype) { return wtype == SY_DTYPE_Q8_0; }
-
+/* Unpacks n elements (a multiple of the type's block size) starting at a block boundary (sy_kernels_quant.c). */
 void sy_unpack_scalar(sy_dtype wtype, const uint8_t *blocks, size_t n, uint8_t *u, float *a, float *c);
-#if SY_KERNELS_X86
-void sy_unpack_avx2(sy_dtype wtype, const uint8_t *blocks, size_t n, uint8_t *u, float *a, float *c);
-#endif
 
-/* The matmul_qx body common to all tiers: unpack each chunk of a row once, then dot it with every batch row, four
- * at a time by dot4 where the tier has one, and two rows by four tokens by dot2x4 where it has that too (NULL: not).
- * Arguments are already validated; the dots must handle the type's unpacked range (see sy_unpacked_is_wide). */
-void sy_matmul_qx_driver(sy_unpack_fn unpack, sy_dot_unpacked_fn dot, sy_dot_unpacked4_fn dot4,
-                         sy_dot_unpacked2x4_fn dot2x4, sy_dtype wtype, const void *W, size_t row_bytes,
-                         size_t row_begin, size_t row_end, size_t k, const void *QX, size_t n_batch, float *Y,
-                         size_t ldy);
-
-/* Fused products (every batch size): each weight block is decoded in registers and dotted at once with a tile of
- * activation rows (the tier's, at most SY_FUSED_TILE_MAX), with no unpacked copy. A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb, each row being
- * n_blocks whole blocks of the weight type at W + r * row_bytes (x[t] point at the rows' first element). */
+/* Fused products, the SIMD tiers' matmul_qx for every quantized type and batch size: each weight block is decoded
+ * in registers and dotted at once with a tile of activation rows (the tier's, at most SY_FUSED_TILE_MAX), with no
+ * unpacked copy. A kernel sets Y[t * ldy + r] = dot(row r, x[t]) for rows r in [row_begin, row_end) and t < nb,
+ * each row being n_blocks whole blocks of the weight type at W + r * row_bytes (x[t] point at the rows' first
+ * element). */
 #define SY_FUSED_TILE_MAX 8
-/* Whether a tier takes its fused kernels for this batch: always for the K-quants (measured: their fused kernels beat
- * unpack + dot at every batch size tried, up to 64 tokens, as decoding a block once per four tokens costs less than
- * the unpacked form's per-16 scales cost per token), and up to the tier's measured crossover for the 32-element
- * block types. -DSY_FUSED_DISABLE=1 times the unpack path alone. */
-#ifndef SY_FUSED_DISABLE
-#define SY_FUSED_DISABLE 0
-#endif
-static inline bool sy_fused_wanted(sy_dtype wtype, size_t n_batch, size_t crossover_blocks32) {
-    if (SY_FUSED_DISABLE) return false;
-    return sy_dtype_get(wtype)->block_elems == 256 || n_batch <= crossover_blocks32;
-}
 /* Weights usually stream from a mapped file's 4 KiB pages, where the hardware prefetcher stops at every page
  * boundary: the fused kernels ask for the bytes SY_PREFETCH_AHEAD ahead of those they read (past the matrix too:
  * a prefetch never faults), which keeps the stream going. */

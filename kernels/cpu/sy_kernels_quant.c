@@ -1,5 +1,5 @@
 /* GGUF block formats: the scalar dequantizer (the reference for what each block means) and the scalar unpacker
- * to the common form weight = a * u + c that the integer dot products use.
+ * to the common form weight = a * u + c that the scalar tier's integer dot products use.
  *
  * Block layouts (all little-endian, f16 scales):
  *   Q4_0 (18 B / 32):  d, qs[16]             w[j] = d * ((qs[j] & 15) - 8), w[j+16] = d * ((qs[j] >> 4) - 8)

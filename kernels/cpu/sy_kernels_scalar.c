@@ -67,12 +67,43 @@ static int matmul_scalar(sy_dtype wtype, const void *W, size_t row_bytes, size_t
     return SY_KERNEL_OK;
 }
 
+/* Each chunk of a row is unpacked once (sy_unpack_scalar), then dotted with every batch row; a row's chunks add up
+ * in order. Arguments are already validated. */
+static void matmul_qx_unpacked(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
+                               size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
+    _Alignas(64) uint8_t u[SY_UNPACK_CHUNK];
+    _Alignas(64) float a[SY_UNPACK_CHUNK / SY_QX_GROUP];
+    _Alignas(64) float c[SY_UNPACK_CHUNK / SY_QX_GROUP];
+    const sy_dtype_traits *traits = sy_dtype_get(wtype);
+    if (k == 0) { /* empty sums */
+        for (size_t r = row_begin; r < row_end; r++)
+            for (size_t b = 0; b < n_batch; b++) Y[b * ldy + r] = 0.0f;
+        return;
+    }
+    for (size_t r = row_begin; r < row_end; r++) {
+        const uint8_t *row = (const uint8_t *)W + r * row_bytes;
+        for (size_t k0 = 0; k0 < k; k0 += SY_UNPACK_CHUNK) {
+            size_t n = k - k0 < SY_UNPACK_CHUNK ? k - k0 : SY_UNPACK_CHUNK;
+            sy_unpack_scalar(wtype, row + (k0 / traits->block_elems) * traits->block_bytes, n, u, a, c);
+            for (size_t b = 0; b < n_batch; b++) {
+                sy_qx_row x = sy_qx_row_at(QX, k, b);
+                float partial =
+                    dot_unpacked_scalar(u, a, c, x.q + k0, x.d + k0 / SY_QX_BLOCK, x.s16 + k0 / SY_QX_GROUP, n);
+                if (k0 == 0) {
+                    Y[b * ldy + r] = partial;
+                } else {
+                    Y[b * ldy + r] += partial;
+                }
+            }
+        }
+    }
+}
+
 static int matmul_qx_scalar(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
                             size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
     if (sy_matmul_qx_check(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy) != NULL)
         return SY_KERNEL_EINVAL;
-    sy_matmul_qx_driver(sy_unpack_scalar, dot_unpacked_scalar, NULL, NULL, wtype, W, row_bytes, row_begin, row_end, k,
-                        QX, n_batch, Y, ldy);
+    matmul_qx_unpacked(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
     return SY_KERNEL_OK;
 }
 

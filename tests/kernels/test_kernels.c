@@ -507,7 +507,7 @@ static void check_quant_matmul(const quant_layout *ql) {
     const sy_dtype_traits *tr = sy_dtype_get(ql->type);
     for (size_t ci = 0; ci < sizeof quant_cases / sizeof quant_cases[0]; ci++) {
         const quant_case *qc = &quant_cases[ci];
-        /* 32-element blocks get longer rows so rows span several unpack chunks */
+        /* 32-element blocks get longer rows so rows span several of the scalar tier's unpack chunks */
         size_t n_blocks = qc->blocks_per_row * (tr->block_elems == 32 ? 9 : 1);
         size_t k = n_blocks * tr->block_elems;
         size_t row_bytes = n_blocks * tr->block_bytes + qc->pad;

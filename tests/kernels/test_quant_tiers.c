@@ -1,7 +1,7 @@
-/* Quantized matrix products, every tier against the scalar reference: every weight type, batches of 1-5, 8 and 17
- * activation rows (the fused small-batch kernels, their 4-row tiles with remainders, and the unpack path with its
- * token tiles), odd row ranges, padded rows and a strided Y, random blocks with ordinary, huge, tiny, zero and mixed
- * scales, and the codes that push the integer dot products to their limits.
+/* Quantized matrix products, every tier against the scalar reference: every weight type, batches of 1-8 and 17
+ * activation rows (each fused kernel of the AVX2 tier's 4-token and the AVX-512 tier's 8-token tiles, and full tiles
+ * with remainders), odd row ranges, padded rows and a strided Y, random blocks with ordinary, huge, tiny, zero and
+ * mixed scales, and the codes that push the integer dot products to their limits.
  *
  * The tolerance is relative to what the scalar reference itself adds up (its weight-scale and offset terms, from its
  * unpacked form), so tiers may differ only by f32 rounding order. The scalar tier is also checked against an exact
@@ -115,12 +115,12 @@ typedef struct quant_case {
 } quant_case;
 
 /* k values leave every tail of 1..7 blocks of 32 after groups of 8, odd blocks in the last 64 elements, and rows past
- * one 1024-element unpack chunk; odd row counts leave a single row after pairs of rows */
+ * one of the scalar reference's 1024-element unpack chunks */
 static const quant_case cases[] = {
     {1, 0, 1, 32, 256, 1, 0, 0},        {5, 1, 4, 224, 768, 1, 3, 2},      {7, 2, 7, 896, 1280, 2, 0, 0},
     {6, 1, 6, 1056, 256, 3, 1, 1},      {9, 0, 9, 96, 2304, 4, 2, 3},      {4, 1, 3, 2080, 512, 5, 0, 0},
     {3, 0, 3, 416, 1792, 8, 5, 1},      {8, 3, 8, 160, 256, 17, 0, 4},     {2, 0, 2, 64, 1024, 3, 0, 0},
-    {11, 5, 10, 448, 768, 2, 1, 0},
+    {11, 5, 10, 448, 768, 2, 1, 0},     {5, 1, 5, 608, 1536, 6, 2, 1},     {6, 0, 6, 288, 512, 7, 0, 2},
 };
 
 /* Per row and batch row, the sum the scalar tier adds up in absolute value (its per-16 weight scale and offset
