@@ -229,6 +229,7 @@ int sy_cmd_generate(int argc, char **argv) {
             sy_cli_error("generate", "--draft %s: %s", draft, err);
             goto close;
         }
+        sy_speculator_limit_rollback(spec, lm.info.max_rollback);
     }
     status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec);
 close:

@@ -53,6 +53,7 @@ struct sy_gen {
     double t_submit, t_start, t_first, t_end;
     sy_gen_usage usage;
     bool in_batch; /* under the scheduler lock: its tokens are in the decode running now */
+    sy_host_call call; /* this generation's own cancellation, for engines that cancel items alone */
 
     /* Loop-thread state while it runs. */
     sy_sampler *sampler;
@@ -118,6 +119,8 @@ struct sy_scheduler {
 
     /* Loop-thread scratch. */
     sy_decode_item *items;
+    sy_status *item_status; /* filled by engines with SY_CAP_ITEM_CANCEL */
+    bool item_cancel;       /* the engine drops a cancelled item alone instead of failing the step */
     slot **item_slots;
     char *piece;
     size_t piece_cap;
@@ -167,7 +170,9 @@ void sy_gen_cancel(sy_gen *g) {
     if (atomic_load(&g->finished)) return; /* over already: the scheduler may be gone */
     sy_scheduler *s = g->sched;
     pthread_mutex_lock(&s->lock);
-    if (g->in_batch) sy_host_call_cancel(&s->step_call);
+    /* An engine that cancels items alone leaves the other generations' step running. */
+    if (s->item_cancel) sy_host_call_cancel(&g->call);
+    else if (g->in_batch) sy_host_call_cancel(&s->step_call);
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
 }
@@ -341,6 +346,7 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     if (check_params(s, params, err, err_size, http_status) != 0) return NULL;
 
     sy_gen *g = sy_xcalloc(1, sizeof *g);
+    sy_host_call_init(&g->call);
     g->sched = s;
     atomic_init(&g->refs, 2);
     atomic_init(&g->cancelled, 0);
@@ -919,6 +925,7 @@ static uint32_t build_batch(sy_scheduler *s) {
         item->n_tokens = sl->step_tokens;
         item->n_logits = sl->step_logits;
         item->logits = sl->step_logits ? sl->logits : NULL;
+        item->call = s->item_cancel ? &sl->gen->call : NULL;
         if (sl->step_drafts > 0) {
             item->tokens = sl->tokens + sl->n_tokens; /* next_token, then the proposals */
             item->logits = sy_spec_seq_rows(sl->spec);
@@ -936,6 +943,10 @@ static sy_status run_decode(sy_scheduler *s, const sy_decode_item *items, uint32
     batch.item_size = sizeof(sy_decode_item);
     batch.items = items;
     batch.call = &s->step_call;
+    if (s->item_cancel) {
+        for (uint32_t k = 0; k < n_items; k++) s->item_status[k] = SY_OK;
+        batch.item_status = s->item_status;
+    }
     sy_status st = s->lm->engine->decode(s->lm->model, &batch);
     if (st != SY_OK) snprintf(msg, msg_size, "%s", s->lm->engine->error_message());
     return st;
@@ -970,7 +981,7 @@ static void step(sy_scheduler *s) {
         s->item_slots[k]->gen->in_batch = true;
         if (atomic_load(&s->item_slots[k]->gen->cancelled)) any_cancelled = true;
     }
-    if (s->stopping || any_cancelled) sy_host_call_cancel(&s->step_call);
+    if (s->stopping || (any_cancelled && !s->item_cancel)) sy_host_call_cancel(&s->step_call);
     pthread_mutex_unlock(&s->lock);
 
     char msg[512] = "";
@@ -987,7 +998,7 @@ static void step(sy_scheduler *s) {
 
     if (st == SY_ERR_CANCELLED) {
         /* Nothing changed; the cancelled generations end in the loop, the others run again next step. */
-        if (!stopping && !any_cancelled) {
+        if (!stopping && !any_cancelled && !s->item_cancel) {
             bool reason = false;
             for (uint32_t k = 0; k < n_items; k++)
                 if (atomic_load(&s->item_slots[k]->gen->cancelled)) reason = true;
@@ -1000,7 +1011,14 @@ static void step(sy_scheduler *s) {
     }
     s->spurious_cancels = 0;
     if (st == SY_OK) {
-        for (uint32_t k = 0; k < n_items; k++) slot_advance(s, s->item_slots[k], &s->items[k]);
+        for (uint32_t k = 0; k < n_items; k++) {
+            slot *sl = s->item_slots[k];
+            sy_status one = s->item_cancel ? s->item_status[k] : SY_OK;
+            if (one == SY_OK) slot_advance(s, sl, &s->items[k]);
+            else if (one == SY_ERR_CANCELLED) continue; /* left as it was; the generation ends in the loop */
+            else if (one == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
+            else engine_failure(s, sl, one, "the engine left this sequence out of the step");
+        }
         return;
     }
     /* Out of (KV) memory: the parked sequences of the host prefix cache only save prefill, so they give way to the
@@ -1025,6 +1043,7 @@ static void step(sy_scheduler *s) {
         if (atomic_load(&sl->gen->cancelled)) continue; /* ends in the loop */
         char one_msg[512] = "";
         sy_status one = run_decode(s, &s->items[k], 1, one_msg, sizeof one_msg);
+        if (one == SY_OK && s->item_cancel) one = s->item_status[0]; /* the item's own outcome */
         if (one == SY_OK) slot_advance(s, sl, &s->items[k]);
         else if (one == SY_ERR_CANCELLED) continue;
         else if (one == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
@@ -1118,10 +1137,21 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
     if (s->opts.batch_tokens == 0) s->opts.batch_tokens = SY_SCHED_DEFAULT_BATCH_TOKENS;
     /* Every decoding slot needs its one token in a step. */
     if (s->opts.batch_tokens < s->opts.parallel) s->opts.batch_tokens = s->opts.parallel;
+    /* An engine that takes at most so many tokens a call bounds the step, and with it the slots. */
+    uint32_t most = lm->info.max_decode_tokens;
+    if (most != 0 && s->opts.batch_tokens > most) s->opts.batch_tokens = most;
+    if (most != 0 && s->opts.parallel > most) {
+        sy_log(SY_LOG_WARN, "scheduler: the engine takes %u tokens a call; using %u slots instead of %u",
+               (unsigned)most, (unsigned)most, (unsigned)s->opts.parallel);
+        s->opts.parallel = most;
+    }
+    if (most != 0 && s->opts.prefill_chunk > most) s->opts.prefill_chunk = most;
     s->n_slots = s->opts.parallel;
     s->slots = sy_xcalloc(s->n_slots, sizeof *s->slots);
     for (uint32_t i = 0; i < s->n_slots; i++) s->slots[i].index = i;
     s->items = sy_xcalloc(s->n_slots, sizeof *s->items);
+    s->item_status = sy_xcalloc(s->n_slots, sizeof *s->item_status);
+    s->item_cancel = (lm->info.capabilities & SY_CAP_ITEM_CANCEL) != 0;
     s->cache = sy_prefix_cache_create();
     s->item_slots = sy_xcalloc(s->n_slots, sizeof *s->item_slots);
     sy_host_call_init(&s->step_call);
@@ -1137,6 +1167,7 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
         pthread_cond_destroy(&s->task_done);
         pthread_mutex_destroy(&s->lock);
         free(s->items);
+        free(s->item_status);
         free(s->item_slots);
         free(s->slots);
         sy_prefix_cache_free(s->cache);
@@ -1167,6 +1198,7 @@ void sy_scheduler_destroy(sy_scheduler *s) {
     pthread_mutex_destroy(&s->lock);
     free(s->slots);
     free(s->items);
+    free(s->item_status);
     free(s->item_slots);
     free(s->piece);
     free(s);

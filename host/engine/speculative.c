@@ -318,7 +318,9 @@ struct sy_speculator {
     char *label;
     sy_speculator_options opts;
     uint32_t n_seqs;
-    uint32_t max_rollback; /* 0: no limit known; else the most proposals per step (learned from a failure) */
+    uint32_t max_rollback; /* 0: no limit known; else the most proposals per step (reported, or learned from a
+                              failure) */
+    bool no_rollback;      /* the target cannot roll back at all: nothing to verify against */
     /* Decode timings of calls without prompt chunks. A call of m sequences and m + e tokens (e proposals) takes
      * u (1 + c' e), u the time of the same call without proposals, c = c' m the cost of a proposal relative to a
      * plain step of a sequence. Each pair of consecutive calls of the same m and different e tells c without u:
@@ -413,6 +415,12 @@ sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spe
         return NULL;
     }
     return sy_speculator_create(pl->drafter, d, spec, opts);
+}
+
+void sy_speculator_limit_rollback(sy_speculator *sp, uint32_t max_rollback) {
+    if (sp == NULL || max_rollback == UINT32_MAX) return;
+    if (max_rollback == 0) sp->no_rollback = true;
+    else if (sp->max_rollback == 0 || max_rollback < sp->max_rollback) sp->max_rollback = max_rollback;
 }
 
 void sy_speculator_free(sy_speculator *sp) {
@@ -570,7 +578,7 @@ static void drafter_trouble(sy_spec_seq *q, const char *what) {
 }
 
 uint32_t sy_spec_seq_propose(sy_spec_seq *q, int32_t *history, uint32_t n_history, uint32_t k_limit) {
-    if (q == NULL || !q->enabled || n_history == 0) return 0;
+    if (q == NULL || !q->enabled || n_history == 0 || q->sp->no_rollback) return 0;
     const sy_speculator_options *o = &q->sp->opts;
     uint32_t cap = k_limit < q->k_cap ? k_limit : q->k_cap;
     if (q->sp->max_rollback != 0 && cap > q->sp->max_rollback) cap = q->sp->max_rollback;

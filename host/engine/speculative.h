@@ -115,6 +115,10 @@ sy_speculator *sy_speculator_create(const sy_drafter_api *api, sy_drafter *draft
 /* Finds a drafter plugin in reg that supports `spec` and creates its drafter for the target `target_name`
  * (published with sy_host_publish_model for model drafters) with n_vocab tokens. NULL with err set when no plugin
  * supports the spec or the drafter refuses (e.g. a draft model with another tokenizer). */
+/* The target's sy_model_info.max_rollback (UINT32_MAX: any): proposals per step never exceed what it can roll
+ * back, so a rejected draft never fails the rollback. */
+void sy_speculator_limit_rollback(sy_speculator *sp, uint32_t max_rollback);
+
 sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spec, const char *target_name,
                                   uint32_t n_vocab, const sy_option *options, size_t n_options,
                                   const sy_speculator_options *opts, char *err, size_t err_size);

@@ -732,6 +732,7 @@ static void drafting_start(sy_model_manager *mm, mm_model *m, const draft_plan *
         sy_log(SY_LOG_WARN, "model %s: no speculative decoding: %s", m->name, err);
         goto fail;
     }
+    sy_speculator_limit_rollback(m->speculator, m->lm.info.max_rollback);
     sy_log(SY_LOG_INFO, "model %s: speculative decoding with %s (draft_max %u, draft_min %u)", m->name,
            p->draft == SY_CONFIG_DRAFT_NGRAM ? "ngram" : p->draft_name, (unsigned)o.draft_max,
            (unsigned)o.draft_min);

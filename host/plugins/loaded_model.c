@@ -29,6 +29,13 @@ static int open_with(const sy_plugin *p, const char *path, const sy_option *opti
         p->engine->unload(model);
         return -1;
     }
+    if (p->entry->abi_minor < 2) {
+        /* A 1.0/1.1 plugin reports no capabilities (its copy of our struct may still hold zeros there): assume any
+         * rollback and batch size, as those hosts did, and learn limits from failures. */
+        out->info.max_rollback = UINT32_MAX;
+        out->info.max_decode_tokens = 0;
+        out->info.capabilities = 0;
+    }
     return 0;
 }
 

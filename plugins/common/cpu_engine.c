@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "threadpool.h"
+#include "transformer_lfm2.h"
 
 #define DECODE_STACK_ITEMS 16 /* batches up to this size need no allocation */
 
@@ -194,6 +195,13 @@ static const sy_tf_config *model_config(const sy_model *m, uint32_t *n_ctx) {
     return sy_ref_model_config(m->ref, n_ctx);
 }
 
+/* Attention KV truncates anywhere; a short-conv model keeps SY_LFM2_ROLLBACK tokens of conv history. */
+static uint32_t sy_cpu_max_rollback(const sy_model *m) {
+    uint32_t n_ctx;
+    const sy_tf_config *c = model_config(m, &n_ctx);
+    return c->arch != NULL && c->arch->short_conv ? SY_LFM2_ROLLBACK : UINT32_MAX;
+}
+
 sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out) {
     if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "model_info: bad arguments");
@@ -217,6 +225,9 @@ sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out) {
         .pad_token = m->pad_token,
         .add_bos = m->add_bos,
         .max_sequences = 0,
+        .max_rollback = sy_cpu_max_rollback(m),
+        .max_decode_tokens = 0,
+        .capabilities = SY_CAP_ITEM_CANCEL,
     };
     /* only the fields the host's struct has */
     memcpy(out, &info, out->struct_size < sizeof info ? out->struct_size : sizeof info);
@@ -345,21 +356,44 @@ sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {
         tf_items = heap;
         ref_items = heap;
     }
+    /* With the host's item_status (ABI 1.2), an item whose own call is cancelled, or that would pass the context,
+     * is left out alone and reported there; the others decode. */
+    sy_status *item_status = SY_HAS_FIELD(batch, sy_decode_batch, item_status) ? batch->item_status : NULL;
+    uint32_t n_ctx;
+    model_config(m, &n_ctx);
+    uint32_t n_run = 0;
     for (uint32_t i = 0; i < batch->n_items; i++) {
         const sy_decode_item *it = sy_decode_batch_item(batch, i);
         if (it->seq == NULL || (m->tf ? it->seq->tf == NULL : it->seq->ref == NULL)) {
             free(heap);
             return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "decode: item %u has no sequence of this model", i);
         }
-        if (m->tf) tf_items[i] = (sy_tf_batch_item){it->seq->tf, it->tokens, it->n_tokens, it->n_logits, it->logits};
-        else ref_items[i] = (sy_ref_item){it->seq->ref, it->tokens, it->n_tokens, it->n_logits, it->logits};
+        if (item_status != NULL) {
+            item_status[i] = SY_OK;
+            bool own_call = batch->item_size >= offsetof(sy_decode_item, call) + sizeof it->call &&
+                            SY_HAS_FIELD(it, sy_decode_item, call) && it->call != NULL;
+            if (own_call && host_cancelled((void *)it->call)) {
+                item_status[i] = SY_ERR_CANCELLED;
+                continue;
+            }
+            if ((uint64_t)sy_cpu_seq_length(m, it->seq) + it->n_tokens > n_ctx) {
+                item_status[i] = SY_ERR_CONTEXT_FULL;
+                continue;
+            }
+        }
+        if (m->tf) tf_items[n_run++] = (sy_tf_batch_item){it->seq->tf, it->tokens, it->n_tokens, it->n_logits, it->logits};
+        else ref_items[n_run++] = (sy_ref_item){it->seq->ref, it->tokens, it->n_tokens, it->n_logits, it->logits};
+    }
+    if (n_run == 0) {
+        free(heap);
+        return SY_OK;
     }
     bool has_call = SY_HAS_FIELD(batch, sy_decode_batch, call) && batch->call != NULL;
     sy_tf_cancel_fn cancel = has_call ? host_cancelled : NULL;
     void *call = has_call ? (void *)batch->call : NULL;
     char err[256];
-    sy_status st = m->tf ? sy_tf_decode(m->tf, tf_items, batch->n_items, cancel, call, err, sizeof err)
-                         : sy_ref_decode(m->ref, ref_items, batch->n_items, cancel, call, err, sizeof err);
+    sy_status st = m->tf ? sy_tf_decode(m->tf, tf_items, n_run, cancel, call, err, sizeof err)
+                         : sy_ref_decode(m->ref, ref_items, n_run, cancel, call, err, sizeof err);
     free(heap);
     return st == SY_OK ? SY_OK : sy_cpu_fail(st, "decode: %s", err);
 }

@@ -204,6 +204,12 @@ static sy_status te_model_info(const sy_model *model, sy_model_info *out) {
         .pad_token = TE_TOKEN_PAD,
         .add_bos = cfg->add_bos,
         .max_sequences = cfg->max_sequences,
+#if SY_ABI_TARGET_MINOR >= 2
+        /* a recurrent model keeps `history` tokens of state to return to */
+        .max_rollback = cfg->recurrent ? cfg->history : UINT32_MAX,
+        .max_decode_tokens = cfg->max_decode_tokens,
+        .capabilities = SY_CAP_ITEM_CANCEL,
+#endif
     };
     te_copy_out(out, &info, sizeof info);
     return SY_OK;
@@ -421,6 +427,29 @@ static void te_sleep_us(uint32_t us) {
     }
 }
 
+/* The host's per-item outcome array (ABI 1.2), or NULL. */
+static sy_status *te_item_status(const sy_decode_batch *batch) {
+#if SY_ABI_TARGET_MINOR >= 2
+    return SY_HAS_FIELD(batch, sy_decode_batch, item_status) ? batch->item_status : NULL;
+#else
+    (void)batch;
+    return NULL;
+#endif
+}
+
+/* An item's own cancellation (ABI 1.2), or NULL. */
+static const sy_host_call *te_item_call(const sy_decode_batch *batch, const sy_decode_item *item) {
+#if SY_ABI_TARGET_MINOR >= 2
+    if (batch->item_size >= offsetof(sy_decode_item, call) + sizeof item->call &&
+        SY_HAS_FIELD(item, sy_decode_item, call))
+        return item->call;
+#else
+    (void)batch;
+    (void)item;
+#endif
+    return NULL;
+}
+
 sy_status te_decode_checked(sy_model *model, const sy_decode_batch *batch, int sampling) {
     const char *what = sampling ? "decode_sample" : "decode";
     if (!te_model_ok(model)) return te_fail(SY_ERR_INVALID_ARGUMENT, "%s: not a test-engine model", what);
@@ -435,6 +464,13 @@ sy_status te_decode_checked(sy_model *model, const sy_decode_batch *batch, int s
         return te_fail(SY_ERR_INVALID_ARGUMENT, "%s: item_size %u is smaller than an item", what,
                        (unsigned)batch->item_size);
     /* Check everything before touching any sequence, so a refused batch changes nothing. */
+    if (model->cfg.max_decode_tokens != 0) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < batch->n_items; i++) total += sy_decode_batch_item(batch, i)->n_tokens;
+        if (total > model->cfg.max_decode_tokens)
+            return te_fail(SY_ERR_INVALID_ARGUMENT, "%s: %llu tokens in one call, this model takes at most %u", what,
+                           (unsigned long long)total, (unsigned)model->cfg.max_decode_tokens);
+    }
     model->batch_epoch++;
     for (uint32_t i = 0; i < batch->n_items; i++) {
         const sy_decode_item *item = sy_decode_batch_item(batch, i);
@@ -464,12 +500,20 @@ sy_status te_decode_checked(sy_model *model, const sy_decode_batch *batch, int s
             if (item->tokens[k] < 0 || (uint32_t)item->tokens[k] >= model->cfg.n_vocab)
                 return te_fail(SY_ERR_INVALID_ARGUMENT, "%s: item %u: token %ld at %u is outside the vocabulary of %u",
                                what, (unsigned)i, (long)item->tokens[k], (unsigned)k, (unsigned)model->cfg.n_vocab);
-        if ((uint64_t)seq->len + item->n_tokens > model->cfg.n_ctx)
+        sy_status *status = te_item_status(batch);
+        if (status != NULL) status[i] = SY_OK;
+        if ((uint64_t)seq->len + item->n_tokens > model->cfg.n_ctx) {
+            if (status != NULL) { /* this item alone is left out; the host reads why in item_status */
+                status[i] = SY_ERR_CONTEXT_FULL;
+                continue;
+            }
             return te_fail(SY_ERR_CONTEXT_FULL, "%s: item %u: %u + %u tokens exceed the context of %u", what,
                            (unsigned)i, (unsigned)seq->len, (unsigned)item->n_tokens, (unsigned)model->cfg.n_ctx);
+        }
     }
     for (uint32_t i = 0; i < batch->n_items; i++) {
         const sy_decode_item *item = sy_decode_batch_item(batch, i);
+        if (te_item_status(batch) != NULL && te_item_status(batch)[i] != SY_OK) continue;
         sy_status st = te_seq_reserve(model, item->seq, item->seq->len + item->n_tokens);
         if (st != SY_OK) return st;
     }
@@ -481,13 +525,20 @@ sy_status te_decode_run(sy_model *model, const sy_decode_batch *batch, float *co
     const sy_host_call *call = SY_HAS_FIELD(batch, sy_decode_batch, call) ? batch->call : NULL;
     const uint32_t n_vocab = model->cfg.n_vocab;
     /* Positions past each sequence's length are scratch until the commit below. */
+    sy_status *status = te_item_status(batch);
     for (uint32_t i = 0; i < batch->n_items; i++) {
         const sy_decode_item *item = sy_decode_batch_item(batch, i);
+        if (status != NULL && status[i] != SY_OK) continue; /* left out by the checks */
+        const sy_host_call *own = status != NULL ? te_item_call(batch, item) : NULL;
         sy_seq *seq = item->seq;
         float *logits = logits_rows ? logits_rows[i] : item->logits;
         uint32_t first_logit = item->n_tokens - item->n_logits;
         for (uint32_t k = 0; k < item->n_tokens; k++) {
             if (te_cancelled(call)) return te_fail(SY_ERR_CANCELLED, "decode cancelled by the host");
+            if (own != NULL && te_cancelled(own)) { /* this item alone: its positions stay scratch */
+                status[i] = SY_ERR_CANCELLED;
+                break;
+            }
             if (model->cfg.delay_us) te_sleep_us(model->cfg.delay_us);
             uint32_t pos = seq->len + k;
             seq->tokens[pos] = item->tokens[k];
@@ -497,6 +548,7 @@ sy_status te_decode_run(sy_model *model, const sy_decode_batch *batch, float *co
     }
     for (uint32_t i = 0; i < batch->n_items; i++) {
         const sy_decode_item *item = sy_decode_batch_item(batch, i);
+        if (status != NULL && status[i] != SY_OK) continue;
         te_seq_set_length(model, item->seq, item->seq->len + item->n_tokens);
     }
     return SY_OK;

@@ -19,6 +19,7 @@
  *   delay_us=0         sleep per decoded token (0..1000000), to imitate a slow engine
  *   eos_one_in=100     greedy output ends with probability 1/N per position (0: never)
  *   max_sequences=0    most live sequences (0: no limit); one more is SY_ERR_OUT_OF_MEMORY
+ *   max_decode_tokens=0  most tokens of one decode call (0: no limit), reported in the model info; more is an error
  * Tokens: 0..255 bytes, 256 <|bos|>, 257 <|endoftext|> (EOS), 258 <|im_start|>, 259 <|im_end|>, 260 <|pad|>,
  * then <|unused_N|>. EOS and <|im_end|> end generation. The fingerprint hashes the file and the settings that
  * change the math (recurrent, eos_one_in).
@@ -41,7 +42,9 @@
 #include <stdint.h>
 #include <switchyard/switchyard.h>
 
-#define TE_PLUGIN_NAME "test-engine"
+#ifndef TE_PLUGIN_NAME
+#define TE_PLUGIN_NAME "test-engine" /* a fixture builds it again as "test-engine-abi11" against the 1.1 headers */
+#endif
 #define TE_MAGIC_LINE "switchyard-test-model"
 #define TE_MAX_FILE_BYTES 65536u
 
@@ -74,6 +77,7 @@ typedef struct te_config {
     uint32_t delay_us;      /* sleep per decoded token, to imitate a slow engine */
     uint32_t eos_one_in;    /* greedy output ends with probability 1/eos_one_in per position; 0 = never */
     uint32_t max_sequences; /* 0 = no limit */
+    uint32_t max_decode_tokens; /* 0 = no limit */
     uint32_t add_bos;       /* 0 or 1 */
 } te_config;
 

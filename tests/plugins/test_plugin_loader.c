@@ -355,8 +355,67 @@ static void lazy_probe_stops_at_the_first_engine_that_accepts(void **state) {
     remove_link_dir(dir, links);
 }
 
+/* Decodes a few tokens of alpha.model with the plugin of that name and returns the last logits row's first value
+ * and its argmax, through the host's loaded-model layer. */
+static void decode_alpha(const sy_plugin_registry *reg, const char *plugin, float *first, int32_t *best) {
+    char model[4096], err[1024] = "";
+    const char *src = getenv("SY_SOURCE_DIR");
+    snprintf(model, sizeof model, "%s/tests/fixtures/test-engine/alpha.model", src ? src : ".");
+    sy_loaded_model lm;
+    if (sy_loaded_model_open(reg, plugin, model, NULL, 0, &lm, err, sizeof err) != 0) fail_msg("open: %s", err);
+    sy_seq *seq = NULL;
+    assert_int_equal(lm.engine->seq_create(lm.model, &seq), SY_OK);
+    static const int32_t tokens[] = {1, 5, 9, 2};
+    float *logits = calloc(lm.info.n_vocab, sizeof *logits);
+    assert_non_null(logits);
+    sy_decode_item item = {sizeof item, seq, tokens, 4, 1, logits, NULL};
+    sy_decode_batch batch = {sizeof batch, 1, sizeof item, &item, NULL, NULL};
+    assert_int_equal(lm.engine->decode(lm.model, &batch), SY_OK);
+    assert_int_equal(lm.engine->seq_length(lm.model, seq), 4);
+    *first = logits[0];
+    *best = 0;
+    for (uint32_t i = 1; i < lm.info.n_vocab; i++)
+        if (logits[i] > logits[*best]) *best = (int32_t)i;
+    free(logits);
+    lm.engine->seq_free(lm.model, seq);
+    sy_loaded_model_close(&lm);
+}
+
+/* A plugin built against the 1.1 headers: its state and sampling tables are shorter than this host's (1.2 appended
+ * to them), and it still loads with both extensions, sees a host table it can read, and decodes exactly as the
+ * same engine built against 1.2. */
+static void plugin_built_for_1_1_loads_and_decodes(void **state) {
+    (void)state;
+    sy_plugin_registry reg = {0};
+    char dir[4096], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/tests/plugin-fixtures/abi11", build_dir());
+    if (sy_plugin_registry_load_dir(&reg, dir, err, sizeof err) != 0) fail_msg("load_dir %s: %s", dir, err);
+    if (reg.n_refused > 0) fail_msg("%s refused: %s", reg.refused[0].path, reg.refused[0].reason);
+    const sy_plugin *old = sy_plugin_registry_find(&reg, "test-engine-abi11");
+    assert_non_null(old);
+    assert_int_equal(old->entry->abi_minor, 1);
+    assert_non_null(old->engine);
+    assert_non_null(old->engine_state);
+    assert_true(old->engine_state->struct_size < sizeof(sy_engine_state_api));
+    assert_false(SY_HAS_FIELD(old->engine_state, sy_engine_state_api, state_can_read));
+    assert_non_null(old->engine_sampling);
+    float first_old, first_new;
+    int32_t best_old, best_new;
+    decode_alpha(&reg, "test-engine-abi11", &first_old, &best_old);
+
+    sy_plugin_registry now = {0};
+    snprintf(dir, sizeof dir, "%s/plugins", build_dir());
+    if (sy_plugin_registry_load_dir(&now, dir, err, sizeof err) != 0) fail_msg("load_dir %s: %s", dir, err);
+    decode_alpha(&now, "test-engine", &first_new, &best_new);
+    assert_true(first_old == first_new);
+    assert_int_equal(best_old, best_new);
+    sy_plugin_registry_close(&now);
+    sy_plugin_registry_close(&reg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(plugin_built_for_1_1_loads_and_decodes),
         cmocka_unit_test(each_broken_plugin_is_refused_with_its_reason),
         cmocka_unit_test(older_minor_loads_with_its_shorter_tables),
         cmocka_unit_test(unreadable_directory_is_an_error),

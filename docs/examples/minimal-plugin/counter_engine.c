@@ -243,8 +243,11 @@ static int32_t next_token(int32_t t) {
 static sy_status counter_decode(sy_model *model, const sy_decode_batch *batch) {
     if (model == NULL || !SY_HAS_FIELD(batch, sy_decode_batch, items) || (batch->n_items > 0 && batch->items == NULL))
         return fail(SY_ERR_INVALID_ARGUMENT, "decode: bad batch", NULL);
-    /* Items are read with the host's stride; it may have compiled a longer item struct than ours. */
-    if (batch->n_items > 0 && batch->item_size < sizeof(sy_decode_item))
+    /* Items are read with the host's stride; it may have compiled a longer item struct than ours, or a shorter one
+     * (an older host: fields a later minor appended, such as `call` in 1.2, are then absent). So require only the
+     * 1.0 part, and read later fields only where item->struct_size covers them (SY_HAS_FIELD). Checking against
+     * sizeof(sy_decode_item) would refuse every older host as soon as a minor appends to the item. */
+    if (batch->n_items > 0 && batch->item_size < offsetof(sy_decode_item, logits) + sizeof(float *))
         return fail(SY_ERR_INVALID_ARGUMENT, "decode: item_size too small", NULL);
 
     /* First check every item, so that a refused batch changes no sequence. */
