@@ -1,4 +1,5 @@
-/* switchyard quantize IN OUT TYPE: writes a GGUF file of type TYPE (Q4_K_M, Q8_0, ...) from
+/* switchyard quantize IN OUT TYPE (the program switchyard-quantize, which the verb runs): writes a GGUF file of
+ * type TYPE (Q4_K_M, Q8_0, ...) from
  *   - a GGUF file with F32 / F16 / BF16 weights: metadata copied, tensors converted; or
  *   - a Hugging Face SafeTensors checkpoint directory (qwen2, qwen3, llama): config.json and tokenizer.json turned
  *     into the metadata llama.cpp's convert_hf_to_gguf.py writes, tensors renamed to llama.cpp's names (llama's
@@ -20,22 +21,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <switchyard/engine.h>
 
-#include "cli/cli_common.h"
-#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "hf_config.h"
 #include "quantize.h"
+#include "quantizer.h"
 #include "safetensors.h"
 #include "sy_kernels.h"
+#include "tensor_names.h"
 #include "threadpool.h"
 #include "tokenizer_bpe.h"
-#include "base/util.h"
 
 #define VERB "quantize"
 #define CHUNK_ELEMENTS ((size_t)4 << 20) /* floats converted per step: 16 MB of f32 */
@@ -69,6 +70,17 @@ typedef struct run {
     char err[1024];
 } run;
 
+/* One line on stderr, worded as the `switchyard quantize` verb's messages. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("switchyard " VERB ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 static bool failf(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool failf(run *r, const char *fmt, ...) {
     va_list ap;
@@ -76,6 +88,24 @@ static bool failf(run *r, const char *fmt, ...) {
     vsnprintf(r->err, sizeof r->err, fmt, ap);
     va_end(ap);
     return false;
+}
+
+/* Monotonic seconds, for the summary line. */
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --threads N: decimal digits only, 1 to SY_THREADPOOL_MAX_THREADS. */
+static bool parse_threads(const char *s, size_t *out) {
+    if (*s == '\0' || *s == '-' || *s == '+') return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v == 0 || v > SY_THREADPOOL_MAX_THREADS) return false;
+    *out = (size_t)v;
+    return true;
 }
 
 static void usage(FILE *out) {
@@ -94,19 +124,25 @@ static void usage(FILE *out) {
             sy_quant_ftype_list());
 }
 
-static void add_tensor(run *r, const char *name, const void *data, sy_dtype type, uint32_t n_dims,
+static bool add_tensor(run *r, const char *name, const void *data, sy_dtype type, uint32_t n_dims,
                        const uint64_t *dims) {
     if (r->n == r->cap) {
-        r->cap = r->cap ? 2 * r->cap : 256;
-        r->t = sy_xrealloc(r->t, r->cap * sizeof *r->t);
+        size_t cap = r->cap ? 2 * r->cap : 256;
+        qtensor *grown = realloc(r->t, cap * sizeof *grown);
+        if (grown == NULL) return failf(r, "out of memory");
+        r->t = grown;
+        r->cap = cap;
     }
+    char *copy = strdup(name);
+    if (copy == NULL) return failf(r, "out of memory");
     qtensor *t = &r->t[r->n++];
     memset(t, 0, sizeof *t);
-    t->name = sy_strdup(name);
+    t->name = copy;
     t->data = data;
     t->src_type = type;
     t->n_dims = n_dims;
     for (uint32_t i = 0; i < 4; i++) t->dims[i] = i < n_dims ? dims[i] : 1;
+    return true;
 }
 
 /* ---- GGUF input ---- */
@@ -149,57 +185,22 @@ static bool load_gguf(run *r) {
             return failf(r, "%s: tensor %s has type %s, which switchyard cannot read", r->in, t->name,
                          tn ? tn : "unknown");
         }
-        add_tensor(r, t->name, t->data, (sy_dtype)t->type, t->n_dims, t->dims);
+        if (!add_tensor(r, t->name, t->data, (sy_dtype)t->type, t->n_dims, t->dims)) return false;
     }
     return true;
 }
 
 /* ---- SafeTensors input ---- */
 
-static const struct {
-    const char *hf, *gguf;
-} layer_names[] = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.gate_proj.bias", "ffn_gate.bias"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.up_proj.bias", "ffn_up.bias"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
-    {"mlp.down_proj.bias", "ffn_down.bias"},
-};
-
-/* The GGUF name of a Hugging Face tensor: 1 mapped, 0 to skip, -1 unknown. */
-static int gguf_name(const char *hf, const sy_hf_config *cfg, char *out, size_t size) {
-    if (strcmp(hf, "model.embed_tokens.weight") == 0) return snprintf(out, size, "token_embd.weight"), 1;
-    if (strcmp(hf, "model.norm.weight") == 0) return snprintf(out, size, "output_norm.weight"), 1;
-    if (strcmp(hf, "lm_head.weight") == 0) {
-        if (cfg->tie_word_embeddings) return 0; /* the embedding is the output */
-        snprintf(out, size, "output.weight");
-        return 1;
-    }
-    const char *suffix = strstr(hf, ".rotary_emb.inv_freq");
-    if (suffix && suffix[20] == '\0') return 0; /* recomputed by every engine */
-    unsigned layer;
-    int used = 0;
-    if (sscanf(hf, "model.layers.%u.%n", &layer, &used) != 1 || used == 0 || layer >= cfg->num_hidden_layers)
+/* The GGUF name of a Hugging Face tensor (tensor_names.h): 1 mapped, 0 to skip, -1 unknown. */
+static int gguf_name(const char *hf, const sy_hf_config *cfg, char *out, size_t size, sy_tensor_role *role) {
+    if (sy_tensor_hf_ignored(hf)) return 0;
+    uint32_t layer;
+    if (!sy_tensor_role_of(sy_tensor_scheme_of_hf(cfg->arch), hf, role, &layer) ||
+        (sy_tensor_role_per_layer(*role) && layer >= cfg->num_hidden_layers))
         return -1;
-    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-        if (strcmp(hf + used, layer_names[i].hf) == 0) {
-            snprintf(out, size, "blk.%u.%s", layer, layer_names[i].gguf);
-            return 1;
-        }
-    return -1;
+    if (*role == SY_TENSOR_OUTPUT && cfg->tie_word_embeddings) return 0; /* the embedding is the output */
+    return sy_tensor_name(SY_TENSORS_GGUF, *role, layer, out, size) ? 1 : -1;
 }
 
 /* Check text for telling pre-tokenizers apart, as llama.cpp's converter does: digits runs, contractions, mixed
@@ -357,8 +358,12 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
         goto done;
     }
     v.n = (uint32_t)n;
-    v.text = sy_xcalloc(n, sizeof *v.text);
-    v.type = sy_xcalloc(n, sizeof *v.type);
+    v.text = calloc(n ? n : 1, sizeof *v.text);
+    v.type = calloc(n ? n : 1, sizeof *v.type);
+    if (v.text == NULL || v.type == NULL) {
+        failf(r, "out of memory");
+        goto done;
+    }
     for (const cJSON *e = vocab->child; e; e = e->next) {
         v.text[(uint32_t)e->valuedouble] = e->string;
         v.type[(uint32_t)e->valuedouble] = TOKEN_NORMAL;
@@ -371,20 +376,31 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
                                                                                               : TOKEN_USER_DEFINED;
     }
     v.n_merges = (size_t)cJSON_GetArraySize(merges);
-    v.merges = sy_xcalloc(v.n_merges ? v.n_merges : 1, sizeof *v.merges);
+    v.merges = calloc(v.n_merges ? v.n_merges : 1, sizeof *v.merges);
+    if (v.merges == NULL) {
+        v.n_merges = 0;
+        failf(r, "out of memory");
+        goto done;
+    }
     size_t mi = 0;
     for (const cJSON *e = merges->child; e; e = e->next, mi++) {
         if (cJSON_IsString(e)) {
-            v.merges[mi] = sy_strdup(e->valuestring);
+            v.merges[mi] = strdup(e->valuestring);
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
                    cJSON_IsString(e->child->next)) {
             size_t a = strlen(e->child->valuestring), b = strlen(e->child->next->valuestring);
-            v.merges[mi] = sy_xmalloc(a + b + 2);
-            memcpy(v.merges[mi], e->child->valuestring, a);
-            v.merges[mi][a] = ' ';
-            memcpy(v.merges[mi] + a + 1, e->child->next->valuestring, b + 1);
+            v.merges[mi] = malloc(a + b + 2);
+            if (v.merges[mi] != NULL) {
+                memcpy(v.merges[mi], e->child->valuestring, a);
+                v.merges[mi][a] = ' ';
+                memcpy(v.merges[mi] + a + 1, e->child->next->valuestring, b + 1);
+            }
         } else {
             failf(r, "%s: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", path, mi);
+            goto done;
+        }
+        if (v.merges[mi] == NULL) {
+            failf(r, "out of memory");
             goto done;
         }
     }
@@ -416,11 +432,15 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
         sy_bpe_free(ref);
     }
 
-    const char **texts = sy_xmalloc(n * sizeof *texts);
-    size_t *lens = sy_xmalloc(n * sizeof *lens);
-    int32_t *types = sy_xmalloc(n * sizeof *types);
-    char (*pads)[24] = sy_xmalloc(n * sizeof *pads);
-    for (uint32_t i = 0; i < n; i++) {
+    const size_t n_alloc = n ? (size_t)n : 1;
+    const char **texts = malloc(n_alloc * sizeof *texts);
+    size_t *lens = malloc(n_alloc * sizeof *lens);
+    int32_t *types = malloc(n_alloc * sizeof *types);
+    char (*pads)[24] = malloc(n_alloc * sizeof *pads);
+    size_t *merge_lens = malloc((v.n_merges ? v.n_merges : 1) * sizeof *merge_lens);
+    const bool have = texts != NULL && lens != NULL && types != NULL && pads != NULL && merge_lens != NULL;
+    if (!have) failf(r, "out of memory");
+    for (uint32_t i = 0; have && i < n; i++) {
         if (v.text[i] == NULL) {
             snprintf(pads[i], sizeof pads[i], "[PAD%u]", i);
             texts[i] = pads[i];
@@ -431,9 +451,8 @@ static bool tokenizer_metadata(run *r, const sy_hf_config *cfg) {
         }
         lens[i] = strlen(texts[i]);
     }
-    size_t *merge_lens = sy_xmalloc((v.n_merges ? v.n_merges : 1) * sizeof *merge_lens);
-    for (size_t i = 0; i < v.n_merges; i++) merge_lens[i] = strlen(v.merges[i]);
-    ok = set_str(r, "tokenizer.ggml.model", "gpt2") && set_str(r, "tokenizer.ggml.pre", pre) &&
+    for (size_t i = 0; have && i < v.n_merges; i++) merge_lens[i] = strlen(v.merges[i]);
+    ok = have && set_str(r, "tokenizer.ggml.model", "gpt2") && set_str(r, "tokenizer.ggml.pre", pre) &&
          sy_gguf_writer_set_string_array(r->w, "tokenizer.ggml.tokens", texts, lens, n, r->err, sizeof r->err) &&
          sy_gguf_writer_set_array(r->w, "tokenizer.ggml.token_type", SY_GGUF_INT32, types, n, r->err, sizeof r->err) &&
          sy_gguf_writer_set_string_array(r->w, "tokenizer.ggml.merges", (const char *const *)v.merges, merge_lens,
@@ -471,7 +490,8 @@ static bool load_safetensors(run *r) {
     if (r->st == NULL) return false;
     r->model = (sy_quant_model){cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads};
 
-    char *dir_copy = sy_strdup(r->in);
+    char *dir_copy = strdup(r->in);
+    if (dir_copy == NULL) return failf(r, "out of memory");
     size_t dl = strlen(dir_copy);
     while (dl > 1 && dir_copy[dl - 1] == '/') dir_copy[--dl] = '\0';
     bool ok = set_str(r, "general.architecture", arch) && set_str(r, "general.type", "model") &&
@@ -501,7 +521,8 @@ static bool load_safetensors(run *r) {
     for (size_t i = 0; i < sy_safetensors_count(r->st); i++) {
         const sy_safetensors_tensor *st = sy_safetensors_at(r->st, i);
         char name[160];
-        int m = gguf_name(st->name, &cfg, name, sizeof name);
+        sy_tensor_role role;
+        int m = gguf_name(st->name, &cfg, name, sizeof name, &role);
         if (m < 0) return failf(r, "%s: tensor %s has no llama.cpp name (unexpected for %s)", r->in, st->name, arch);
         if (m == 0) continue;
         if (st->dtype != SY_DTYPE_F32 && st->dtype != SY_DTYPE_F16 && st->dtype != SY_DTYPE_BF16)
@@ -510,9 +531,10 @@ static bool load_safetensors(run *r) {
         if (st->n_dims < 1 || st->n_dims > 2)
             return failf(r, "%s: tensor %s has %u dimensions", r->in, st->name, st->n_dims);
         uint64_t dims[2] = {st->shape[st->n_dims - 1], st->n_dims == 2 ? st->shape[0] : 1};
-        add_tensor(r, name, st->data, (sy_dtype)st->dtype, st->n_dims, dims);
-        if (cfg.arch == SY_HF_ARCH_LLAMA && (strstr(name, ".attn_q.") || strstr(name, ".attn_k."))) {
-            uint32_t heads = strstr(name, ".attn_q.") ? cfg.num_attention_heads : cfg.num_key_value_heads;
+        if (!add_tensor(r, name, st->data, (sy_dtype)st->dtype, st->n_dims, dims)) return false;
+        bool q = role == SY_TENSOR_ATTN_Q || role == SY_TENSOR_ATTN_Q_BIAS;
+        if (cfg.arch == SY_HF_ARCH_LLAMA && (q || role == SY_TENSOR_ATTN_K || role == SY_TENSOR_ATTN_K_BIAS)) {
+            uint32_t heads = q ? cfg.num_attention_heads : cfg.num_key_value_heads;
             uint64_t rows = st->n_dims == 2 ? dims[1] : dims[0];
             if (heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0)
                 return failf(r, "%s: tensor %s: %llu rows do not split into %u heads of pairs", r->in, st->name,
@@ -537,6 +559,7 @@ typedef struct convert_job {
     uint64_t row0, n_rows, n_per_row, total_rows;
     size_t src_row_bytes, dst_row_bytes;
     float *f32;
+    float *scratch; /* beside f32, row for row: the unpermuted elements of 1-D q/k biases (NULL otherwise) */
     uint8_t *dst;
     size_t rows_per_task;
     atomic_ullong bad_row; /* first row holding NaN/Inf (UINT64_MAX: none) */
@@ -556,10 +579,9 @@ static void convert_task(void *ctx, size_t task, size_t thread_index) {
         sy_dequantize_row(t->src_type, (const uint8_t *)t->data + src * j->src_row_bytes, j->src_row_bytes, x,
                           j->n_per_row);
         if (t->n_dims < 2 && t->permute_heads) { /* a 1-D bias: permute its elements */
-            float *tmp = sy_xmalloc(j->n_per_row * sizeof *tmp);
+            float *tmp = j->scratch + i * j->n_per_row;
             memcpy(tmp, x, j->n_per_row * sizeof *tmp);
             for (uint64_t e = 0; e < j->n_per_row; e++) x[e] = tmp[permuted_row(e, j->n_per_row, t->permute_heads)];
-            free(tmp);
         }
         size_t bad = sy_quantize_find_nonfinite(x, j->n_per_row);
         if (bad < j->n_per_row) {
@@ -583,7 +605,7 @@ typedef struct progress {
 
 static void progress_show(progress *p, const qtensor *t, bool force) {
     if (!p->on) return;
-    double now = sy_now_seconds();
+    double now = now_seconds();
     if (!force && now - p->last < 0.1) return;
     p->last = now;
     const sy_dtype_traits *a = sy_dtype_get(t->src_type), *b = sy_dtype_get(t->plan.out_type);
@@ -619,8 +641,16 @@ static bool write_tensor(run *r, sy_threadpool *pool, qtensor *t, progress *pg) 
     if (chunk_rows > total_rows) chunk_rows = total_rows;
     convert_job j = {.t = t, .n_per_row = n_per_row, .total_rows = total_rows, .src_row_bytes = src_row_bytes,
                      .dst_row_bytes = dst_row_bytes};
-    j.f32 = sy_xmalloc((size_t)(chunk_rows * n_per_row) * sizeof(float));
-    j.dst = sy_xmalloc((size_t)chunk_rows * dst_row_bytes);
+    const size_t chunk_floats = (size_t)(chunk_rows * n_per_row);
+    j.f32 = malloc(chunk_floats * sizeof(float));
+    j.dst = malloc((size_t)chunk_rows * dst_row_bytes);
+    if (t->n_dims < 2 && t->permute_heads) j.scratch = malloc(chunk_floats * sizeof(float));
+    if (j.f32 == NULL || j.dst == NULL || (t->n_dims < 2 && t->permute_heads && j.scratch == NULL)) {
+        free(j.f32);
+        free(j.dst);
+        free(j.scratch);
+        return failf(r, "out of memory");
+    }
     j.rows_per_task = TASK_ELEMENTS / n_per_row ? TASK_ELEMENTS / n_per_row : 1;
     bool ok = true;
     for (uint64_t row0 = 0; ok && row0 < total_rows; row0 += chunk_rows) {
@@ -642,6 +672,7 @@ static bool write_tensor(run *r, sy_threadpool *pool, qtensor *t, progress *pg) 
     }
     free(j.f32);
     free(j.dst);
+    free(j.scratch);
     return ok;
 }
 
@@ -675,7 +706,8 @@ static bool quantize(run *r) {
         return false;
 
     qsort(r->t, r->n, sizeof *r->t, compare_tensors);
-    sy_quant_tensor *plan = sy_xcalloc(r->n ? r->n : 1, sizeof *plan);
+    sy_quant_tensor *plan = calloc(r->n ? r->n : 1, sizeof *plan);
+    if (plan == NULL) return failf(r, "out of memory");
     for (size_t i = 0; i < r->n; i++) {
         plan[i] = (sy_quant_tensor){.name = r->t[i].name, .n_dims = r->t[i].n_dims, .src_type = r->t[i].src_type};
         memcpy(plan[i].dims, r->t[i].dims, sizeof plan[i].dims);
@@ -703,7 +735,7 @@ static bool quantize(run *r) {
     free(plan);
     if (!ok || r->dry_run) return ok;
 
-    double t0 = sy_now_seconds();
+    double t0 = now_seconds();
     sy_threadpool *pool = sy_threadpool_create(r->threads);
     if (pool == NULL) return failf(r, "cannot start %zu threads", r->threads);
     ok = sy_gguf_writer_open(r->w, r->out, r->err, sizeof r->err);
@@ -719,7 +751,7 @@ static bool quantize(run *r) {
     if (!ok) return false;
     fprintf(stderr, "quantize: wrote %s (%s): %zu tensors, %.1f MiB -> %.1f MiB, %.2f bits per weight, %.1f s\n",
             r->out, sy_quant_ftype_name(r->ftype), r->n, (double)bytes_in / 1048576.0, (double)bytes_out / 1048576.0,
-            elements ? 8.0 * (double)bytes_out / (double)elements : 0.0, sy_now_seconds() - t0);
+            elements ? 8.0 * (double)bytes_out / (double)elements : 0.0, now_seconds() - t0);
     if (n_fallback > 0)
         fprintf(stderr, "quantize: %zu tensors got a fallback type: their rows are not a multiple of the recipe's "
                         "block (256 for K-quants)\n", n_fallback);
@@ -728,7 +760,7 @@ static bool quantize(run *r) {
 
 enum { OPT_THREADS = 1000, OPT_DRY_RUN, OPT_NO_PROGRESS, OPT_PLUGIN_DIR, OPT_CONFIG };
 
-int sy_cmd_quantize(int argc, char **argv) {
+int sy_quantize_main(int argc, char **argv) {
     static const struct option options[] = {
         {"threads", required_argument, NULL, OPT_THREADS}, {"dry-run", no_argument, NULL, OPT_DRY_RUN},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS}, {"plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR},
@@ -743,15 +775,12 @@ int sy_cmd_quantize(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (c) {
-        case OPT_THREADS: {
-            uint64_t v;
-            if (sy_parse_u64(optarg, SY_THREADPOOL_MAX_THREADS, &v) != 0 || v == 0) {
-                sy_cli_error(VERB, "--threads %s: expected 1 to %d", optarg, SY_THREADPOOL_MAX_THREADS);
+        case OPT_THREADS:
+            if (!parse_threads(optarg, &r.threads)) {
+                say("--threads %s: expected 1 to %d", optarg, SY_THREADPOOL_MAX_THREADS);
                 return 2;
             }
-            r.threads = (size_t)v;
             break;
-        }
         case OPT_DRY_RUN: r.dry_run = true; break;
         case OPT_NO_PROGRESS: r.progress = false; break;
         case OPT_PLUGIN_DIR: case OPT_CONFIG: break;
@@ -766,11 +795,11 @@ int sy_cmd_quantize(int argc, char **argv) {
     r.in = argv[optind];
     r.out = argv[optind + 1];
     if (!sy_quant_ftype_parse(argv[optind + 2], &r.ftype)) {
-        sy_cli_error(VERB, "unknown type '%s' (known: %s)", argv[optind + 2], sy_quant_ftype_list());
+        say("unknown type '%s' (known: %s)", argv[optind + 2], sy_quant_ftype_list());
         return 2;
     }
     bool ok = quantize(&r);
-    if (!ok) sy_cli_error(VERB, "%s", r.err);
+    if (!ok) say("%s", r.err);
     sy_gguf_writer_free(r.w);
     for (size_t i = 0; i < r.n; i++) free(r.t[i].name);
     free(r.t);
