@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void out_of_memory(void) {
     fputs("switchyard: out of memory\n", stderr);
@@ -98,4 +99,16 @@ double sy_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *sy_exe_dir(char *buf, size_t size) {
+    if (size < 2) return NULL;
+    ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+    if (n <= 0 || (size_t)n >= size - 1) return NULL; /* a full buffer may be a truncated path */
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL) return NULL;
+    if (slash == buf) slash++; /* an executable in / */
+    *slash = '\0';
+    return buf;
 }

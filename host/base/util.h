@@ -25,4 +25,8 @@ int sy_parse_double(const char *s, double min, double max, double *out);
 /* Monotonic clock in seconds. */
 double sy_now_seconds(void);
 
+/* The folder holding this process's executable (/proc/self/exe), where the host looks for its plugins and helper
+ * programs. Writes into buf; returns buf, or NULL when the link cannot be read or the path does not fit. */
+const char *sy_exe_dir(char *buf, size_t size);
+
 #endif

@@ -348,12 +348,7 @@ void sy_plugin_registry_close(sy_plugin_registry *reg) {
 
 const char *sy_default_plugin_dir(char *buf, size_t size) {
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return NULL;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash == NULL) return NULL;
-    *slash = '\0'; /* exe is now the executable's folder */
+    if (sy_exe_dir(exe, sizeof exe) == NULL) return NULL;
     static const char installed[] = "../" SY_INSTALL_PLUGINDIR; /* <prefix>/bin -> <prefix>/lib/... */
     const char *candidates[] = {"../plugins", installed, "plugins"};
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {

@@ -36,6 +36,7 @@
 #include "cpu_engine.h"
 #include "gguf.h"
 #include "gguf_vocab.h"
+#include "tensor_names.h"
 #include "transformer.h"
 #include "transformer_lfm2.h"
 
@@ -334,36 +335,45 @@ static bool get_flat_vector(const sy_gguf *g, const char *name, uint64_t cols, s
     return true;
 }
 
+/* The GGUF name of a tensor (of layer l, for per-layer roles; tensor_names.h), into buf. */
+static const char *tn(char buf[64], sy_tensor_role role, uint32_t l) {
+    sy_tensor_name(SY_TENSORS_GGUF, role, l, buf, 64);
+    return buf;
+}
+
 /* An lfm2 short-conv layer: operator norm, in_proj / conv / out_proj (biases optional), and the usual FFN. */
 static bool get_conv_layer(const sy_gguf *g, uint32_t l, uint32_t kernel, sy_tf_layer_weights *w) {
-    char n[11][64];
-    static const char *const suffix[11] = {
-        "attn_norm.weight", "shortconv.in_proj.weight", "shortconv.in_proj.bias", "shortconv.conv.weight",
-        "shortconv.conv.bias", "shortconv.out_proj.weight", "shortconv.out_proj.bias", "ffn_norm.weight",
-        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
-    for (int i = 0; i < 11; i++) snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suffix[i]);
-    return get_vector(g, n[0], &w->attn_norm) && get_matrix(g, n[1], true, &w->conv_in) &&
-           get_vector(g, n[2], &w->conv_in_bias) && get_flat_vector(g, n[3], kernel, &w->conv_kernel) &&
-           get_vector(g, n[4], &w->conv_bias) && get_matrix(g, n[5], true, &w->conv_out) &&
-           get_vector(g, n[6], &w->conv_out_bias) && get_vector(g, n[7], &w->ffn_norm) &&
-           get_matrix(g, n[8], true, &w->w_gate) && get_matrix(g, n[9], true, &w->w_up) &&
-           get_matrix(g, n[10], true, &w->w_down);
+    char n[64];
+    return get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
+           get_matrix(g, tn(n, SY_TENSOR_CONV_IN, l), true, &w->conv_in) &&
+           get_vector(g, tn(n, SY_TENSOR_CONV_IN_BIAS, l), &w->conv_in_bias) &&
+           get_flat_vector(g, tn(n, SY_TENSOR_CONV_KERNEL, l), kernel, &w->conv_kernel) &&
+           get_vector(g, tn(n, SY_TENSOR_CONV_KERNEL_BIAS, l), &w->conv_bias) &&
+           get_matrix(g, tn(n, SY_TENSOR_CONV_OUT, l), true, &w->conv_out) &&
+           get_vector(g, tn(n, SY_TENSOR_CONV_OUT_BIAS, l), &w->conv_out_bias) &&
+           get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
 }
 
 static bool get_layer(const sy_gguf *g, uint32_t l, sy_tf_layer_weights *w) {
-    char n[15][64];
-    static const char *const suffix[15] = {
-        "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-        "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "attn_q_norm.weight",
-        "attn_k_norm.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
-    for (int i = 0; i < 15; i++) snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suffix[i]);
-    return get_vector(g, n[0], &w->attn_norm) && get_matrix(g, n[1], true, &w->wq) &&
-           get_matrix(g, n[2], true, &w->wk) && get_matrix(g, n[3], true, &w->wv) &&
-           get_matrix(g, n[4], true, &w->wo) && get_vector(g, n[5], &w->bq) && get_vector(g, n[6], &w->bk) &&
-           get_vector(g, n[7], &w->bv) && get_vector(g, n[8], &w->bo) && get_vector(g, n[9], &w->q_norm) &&
-           get_vector(g, n[10], &w->k_norm) && get_vector(g, n[11], &w->ffn_norm) &&
-           get_matrix(g, n[12], true, &w->w_gate) && get_matrix(g, n[13], true, &w->w_up) &&
-           get_matrix(g, n[14], true, &w->w_down);
+    char n[64];
+    return get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
+           get_matrix(g, tn(n, SY_TENSOR_ATTN_Q, l), true, &w->wq) &&
+           get_matrix(g, tn(n, SY_TENSOR_ATTN_K, l), true, &w->wk) &&
+           get_matrix(g, tn(n, SY_TENSOR_ATTN_V, l), true, &w->wv) &&
+           get_matrix(g, tn(n, SY_TENSOR_ATTN_OUTPUT, l), true, &w->wo) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_Q_BIAS, l), &w->bq) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_K_BIAS, l), &w->bk) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_V_BIAS, l), &w->bv) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_OUTPUT_BIAS, l), &w->bo) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_Q_NORM, l), &w->q_norm) &&
+           get_vector(g, tn(n, SY_TENSOR_ATTN_K_NORM, l), &w->k_norm) &&
+           get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
+           get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
 }
 
 /* llama.cpp's general.file_type names, for model_info's weight_dtype. */
@@ -442,18 +452,20 @@ static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *op
     if (!read_config(g, m->architecture, &cfg, &m->n_ctx_train)) return error_status;
     sy_tf_weights w;
     memset(&w, 0, sizeof w);
-    if (!get_matrix(g, "token_embd.weight", true, &w.token_embd) ||
-        !get_vector(g, "output_norm.weight", &w.output_norm) || !get_matrix(g, "output.weight", false, &w.output) ||
-        !get_vector(g, "rope_freqs.weight", &w.rope_freq_factors))
+    char n[64];
+    if (!get_matrix(g, tn(n, SY_TENSOR_TOKEN_EMBD, 0), true, &w.token_embd) ||
+        !get_vector(g, tn(n, SY_TENSOR_OUTPUT_NORM, 0), &w.output_norm) ||
+        !get_matrix(g, tn(n, SY_TENSOR_OUTPUT, 0), false, &w.output) ||
+        !get_vector(g, tn(n, SY_TENSOR_ROPE_FREQS, 0), &w.rope_freq_factors))
         return error_status;
     if (w.output.data == NULL) w.output = w.token_embd; /* tied embeddings */
     /* llama.cpp names lfm2's final norm token_embd_norm (HF: model.embedding_norm, applied after the layers) */
     if (w.output_norm.data == NULL && cfg.arch->short_conv) {
-        if (!get_vector(g, "token_embd_norm.weight", &w.output_norm)) return error_status;
-        if (w.output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor token_embd_norm.weight is missing");
+        if (!get_vector(g, tn(n, SY_TENSOR_TOKEN_EMBD_NORM, 0), &w.output_norm)) return error_status;
+        if (w.output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor %s is missing", n);
     }
     if (w.token_embd.rows != gq_vocab_size(vocab))
-        return fail(SY_ERR_FORMAT, "token_embd.weight has %llu rows but the vocabulary has %u tokens",
+        return fail(SY_ERR_FORMAT, "%s has %llu rows but the vocabulary has %u tokens", w.token_embd.name,
                     (unsigned long long)w.token_embd.rows, gq_vocab_size(vocab));
     cfg.n_vocab = gq_vocab_size(vocab);
     if (cfg.n_layer > 4096) return fail(SY_ERR_FORMAT, "%u layers", cfg.n_layer);

@@ -27,8 +27,9 @@
 
 #include "lfm2_cuda_gemm.h"
 #include "lfm2_kernels.h"
-#include "sy_kernels.h"
 #include "errmsg.h"
+#include "sy_kernels.h"
+#include "tensor_names.h"
 
 #define WORKSPACE_BYTES (32u << 20)
 #define ALIGN 256
@@ -265,39 +266,40 @@ static bool load_weights(lc_engine *e, const sy_safetensors *st, char *err, size
     char name[160];
     bool ok = true;
     uint64_t embd_shape[2] = {(uint64_t)e->vocab, n}, vec_n[1] = {n}, vec_hd[1] = {hd};
-    ok = ok && upload(&u, "model.embed_tokens.weight", 2, embd_shape, e->embed, true, -1.0f, 1.0f);
+    /* the checkpoint's names (tensor_names.h) */
+#define NAME(role, layer) (sy_tensor_name(SY_TENSORS_HF_LFM2, role, (uint32_t)(layer), name, sizeof name), name)
+    ok = ok && upload(&u, NAME(SY_TENSOR_TOKEN_EMBD, 0), 2, embd_shape, e->embed, true, -1.0f, 1.0f);
     if (!e->cfg.tie_word_embeddings)
-        ok = ok && upload(&u, "lm_head.weight", 2, embd_shape, e->lm_head, true, -s_n, s_n);
-    ok = ok && upload(&u, "model.embedding_norm.weight", 1, vec_n, e->final_norm, false, 0.9f, 1.1f);
+        ok = ok && upload(&u, NAME(SY_TENSOR_OUTPUT, 0), 2, embd_shape, e->lm_head, true, -s_n, s_n);
+    ok = ok && upload(&u, NAME(SY_TENSOR_TOKEN_EMBD_NORM, 0), 1, vec_n, e->final_norm, false, 0.9f, 1.1f);
     for (int32_t l = 0; ok && l < e->n_layer; l++) {
         const layer_w *w = &e->layers[l];
-#define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, suffix), name)
-        ok = upload(&u, NAME("operator_norm.weight"), 1, vec_n, w->op_norm, false, 0.9f, 1.1f) &&
-             upload(&u, NAME("ffn_norm.weight"), 1, vec_n, w->ffn_norm, false, 0.9f, 1.1f) &&
-             upload_rows(&u, NAME("feed_forward.w1.weight"), ff, n, w->w13, 0, s_n) &&
-             upload_rows(&u, NAME("feed_forward.w3.weight"), ff, n, w->w13, ff, s_n) &&
-             upload_rows(&u, NAME("feed_forward.w2.weight"), n, ff, w->w2, 0, s_ff);
+        ok = upload(&u, NAME(SY_TENSOR_ATTN_NORM, l), 1, vec_n, w->op_norm, false, 0.9f, 1.1f) &&
+             upload(&u, NAME(SY_TENSOR_FFN_NORM, l), 1, vec_n, w->ffn_norm, false, 0.9f, 1.1f) &&
+             upload_rows(&u, NAME(SY_TENSOR_FFN_GATE, l), ff, n, w->w13, 0, s_n) &&
+             upload_rows(&u, NAME(SY_TENSOR_FFN_UP, l), ff, n, w->w13, ff, s_n) &&
+             upload_rows(&u, NAME(SY_TENSOR_FFN_DOWN, l), n, ff, w->w2, 0, s_ff);
         if (!ok) break;
         if (w->conv) {
             uint64_t taps[3] = {n, 1, (uint64_t)e->L}, vec_3n[1] = {3 * n};
-            ok = upload_rows(&u, NAME("conv.in_proj.weight"), 3 * n, n, w->in_proj, 0, s_n) &&
-                 upload_rows(&u, NAME("conv.out_proj.weight"), n, n, w->out_proj, 0, s_n) &&
-                 upload(&u, NAME("conv.conv.weight"), 3, taps, w->conv_kernel, false, -0.5f, 0.5f);
+            ok = upload_rows(&u, NAME(SY_TENSOR_CONV_IN, l), 3 * n, n, w->in_proj, 0, s_n) &&
+                 upload_rows(&u, NAME(SY_TENSOR_CONV_OUT, l), n, n, w->out_proj, 0, s_n) &&
+                 upload(&u, NAME(SY_TENSOR_CONV_KERNEL, l), 3, taps, w->conv_kernel, false, -0.5f, 0.5f);
             if (ok && e->cfg.conv_bias)
-                ok = upload(&u, NAME("conv.in_proj.bias"), 1, vec_3n, w->in_bias, false, -0.1f, 0.1f) &&
-                     upload(&u, NAME("conv.conv.bias"), 1, vec_n, w->conv_bias, false, -0.1f, 0.1f) &&
-                     upload(&u, NAME("conv.out_proj.bias"), 1, vec_n, w->out_bias, false, -0.1f, 0.1f);
+                ok = upload(&u, NAME(SY_TENSOR_CONV_IN_BIAS, l), 1, vec_3n, w->in_bias, false, -0.1f, 0.1f) &&
+                     upload(&u, NAME(SY_TENSOR_CONV_KERNEL_BIAS, l), 1, vec_n, w->conv_bias, false, -0.1f, 0.1f) &&
+                     upload(&u, NAME(SY_TENSOR_CONV_OUT_BIAS, l), 1, vec_n, w->out_bias, false, -0.1f, 0.1f);
         } else {
             uint64_t q_rows = (uint64_t)e->q_dim, kv_rows = (uint64_t)e->n_kv * hd;
-            ok = upload_rows(&u, NAME("self_attn.q_proj.weight"), q_rows, n, w->wqkv, 0, s_n) &&
-                 upload_rows(&u, NAME("self_attn.k_proj.weight"), kv_rows, n, w->wqkv, q_rows, s_n) &&
-                 upload_rows(&u, NAME("self_attn.v_proj.weight"), kv_rows, n, w->wqkv, q_rows + kv_rows, s_n) &&
-                 upload_rows(&u, NAME("self_attn.out_proj.weight"), n, q_rows, w->wo, 0, s_q) &&
-                 upload(&u, NAME("self_attn.q_layernorm.weight"), 1, vec_hd, w->q_norm, false, 0.9f, 1.1f) &&
-                 upload(&u, NAME("self_attn.k_layernorm.weight"), 1, vec_hd, w->k_norm, false, 0.9f, 1.1f);
+            ok = upload_rows(&u, NAME(SY_TENSOR_ATTN_Q, l), q_rows, n, w->wqkv, 0, s_n) &&
+                 upload_rows(&u, NAME(SY_TENSOR_ATTN_K, l), kv_rows, n, w->wqkv, q_rows, s_n) &&
+                 upload_rows(&u, NAME(SY_TENSOR_ATTN_V, l), kv_rows, n, w->wqkv, q_rows + kv_rows, s_n) &&
+                 upload_rows(&u, NAME(SY_TENSOR_ATTN_OUTPUT, l), n, q_rows, w->wo, 0, s_q) &&
+                 upload(&u, NAME(SY_TENSOR_ATTN_Q_NORM, l), 1, vec_hd, w->q_norm, false, 0.9f, 1.1f) &&
+                 upload(&u, NAME(SY_TENSOR_ATTN_K_NORM, l), 1, vec_hd, w->k_norm, false, 0.9f, 1.1f);
         }
-#undef NAME
     }
+#undef NAME
     free(u.staging);
     if (!ok) return false;
 

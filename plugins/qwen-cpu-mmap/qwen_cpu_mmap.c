@@ -32,6 +32,7 @@
 #include "hf_config.h"
 #include "hf_vocab.h"
 #include "safetensors.h"
+#include "tensor_names.h"
 #include "transformer_lfm2.h"
 
 #define PLUGIN_NAME "qwen-cpu-mmap"
@@ -183,9 +184,9 @@ static bool bind_vector(const sy_safetensors *st, const char *name, uint64_t n, 
     return true;
 }
 
-/* model.layers.<l>.<suffix> */
-static const char *layer_name(char buf[NAME_BYTES], uint32_t l, const char *suffix) {
-    snprintf(buf, NAME_BYTES, "model.layers.%u.%s", l, suffix);
+/* The checkpoint's name of a tensor (tensor_names.h); "" (found nowhere) where its family has none. */
+static const char *tensor(char buf[NAME_BYTES], const sy_hf_config *h, sy_tensor_role role, uint32_t l) {
+    sy_tensor_name(sy_tensor_scheme_of_hf(h->arch), role, l, buf, NAME_BYTES);
     return buf;
 }
 
@@ -213,28 +214,28 @@ static bool bind_lfm2_layer(const sy_safetensors *st, const sy_hf_config *h, uin
     uint64_t embd = h->hidden_size, ff = h->lfm2_ff_dim, hd = h->head_dim;
     uint64_t q_dim = (uint64_t)h->num_attention_heads * hd, kv_dim = (uint64_t)h->num_key_value_heads * hd;
     bool bias = h->conv_bias;
-    if (!bind_vector(st, layer_name(n, l, "operator_norm.weight"), embd, true, &w->attn_norm) ||
-        !bind_vector(st, layer_name(n, l, "ffn_norm.weight"), embd, true, &w->ffn_norm) ||
-        !bind_matrix(st, layer_name(n, l, "feed_forward.w1.weight"), ff, embd, true, &w->w_gate) ||
-        !bind_matrix(st, layer_name(n, l, "feed_forward.w3.weight"), ff, embd, true, &w->w_up) ||
-        !bind_matrix(st, layer_name(n, l, "feed_forward.w2.weight"), embd, ff, true, &w->w_down))
+    if (!bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_NORM, l), embd, true, &w->attn_norm) ||
+        !bind_vector(st, tensor(n, h, SY_TENSOR_FFN_NORM, l), embd, true, &w->ffn_norm) ||
+        !bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_GATE, l), ff, embd, true, &w->w_gate) ||
+        !bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_UP, l), ff, embd, true, &w->w_up) ||
+        !bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_DOWN, l), embd, ff, true, &w->w_down))
         return false;
     if (h->layer_types[l] == SY_HF_LAYER_CONV) {
         w->kind = SY_TF_LAYER_SHORT_CONV;
-        return bind_matrix(st, layer_name(n, l, "conv.in_proj.weight"), 3 * embd, embd, true, &w->conv_in) &&
-               bind_conv_kernel(st, layer_name(n, l, "conv.conv.weight"), embd, h->conv_l_cache, &w->conv_kernel) &&
-               bind_matrix(st, layer_name(n, l, "conv.out_proj.weight"), embd, embd, true, &w->conv_out) &&
-               (!bias || (bind_vector(st, layer_name(n, l, "conv.in_proj.bias"), 3 * embd, true, &w->conv_in_bias) &&
-                          bind_vector(st, layer_name(n, l, "conv.conv.bias"), embd, true, &w->conv_bias) &&
-                          bind_vector(st, layer_name(n, l, "conv.out_proj.bias"), embd, true, &w->conv_out_bias)));
+        return bind_matrix(st, tensor(n, h, SY_TENSOR_CONV_IN, l), 3 * embd, embd, true, &w->conv_in) &&
+               bind_conv_kernel(st, tensor(n, h, SY_TENSOR_CONV_KERNEL, l), embd, h->conv_l_cache, &w->conv_kernel) &&
+               bind_matrix(st, tensor(n, h, SY_TENSOR_CONV_OUT, l), embd, embd, true, &w->conv_out) &&
+               (!bias || (bind_vector(st, tensor(n, h, SY_TENSOR_CONV_IN_BIAS, l), 3 * embd, true, &w->conv_in_bias) &&
+                          bind_vector(st, tensor(n, h, SY_TENSOR_CONV_KERNEL_BIAS, l), embd, true, &w->conv_bias) &&
+                          bind_vector(st, tensor(n, h, SY_TENSOR_CONV_OUT_BIAS, l), embd, true, &w->conv_out_bias)));
     }
     w->kind = SY_TF_LAYER_ATTENTION;
-    return bind_matrix(st, layer_name(n, l, "self_attn.q_proj.weight"), q_dim, embd, true, &w->wq) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.k_proj.weight"), kv_dim, embd, true, &w->wk) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.v_proj.weight"), kv_dim, embd, true, &w->wv) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.out_proj.weight"), embd, q_dim, true, &w->wo) &&
-           bind_vector(st, layer_name(n, l, "self_attn.q_layernorm.weight"), hd, true, &w->q_norm) &&
-           bind_vector(st, layer_name(n, l, "self_attn.k_layernorm.weight"), hd, true, &w->k_norm);
+    return bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_Q, l), q_dim, embd, true, &w->wq) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_K, l), kv_dim, embd, true, &w->wk) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_V, l), kv_dim, embd, true, &w->wv) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_OUTPUT, l), embd, q_dim, true, &w->wo) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_Q_NORM, l), hd, true, &w->q_norm) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_K_NORM, l), hd, true, &w->k_norm);
 }
 
 static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t l, sy_tf_layer_weights *w) {
@@ -243,21 +244,21 @@ static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t
     uint64_t embd = h->hidden_size, ff = h->intermediate_size, hd = h->head_dim;
     uint64_t q_dim = (uint64_t)h->num_attention_heads * hd, kv_dim = (uint64_t)h->num_key_value_heads * hd;
     w->kind = SY_TF_LAYER_ATTENTION;
-    return bind_vector(st, layer_name(n, l, "input_layernorm.weight"), embd, true, &w->attn_norm) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.q_proj.weight"), q_dim, embd, true, &w->wq) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.k_proj.weight"), kv_dim, embd, true, &w->wk) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.v_proj.weight"), kv_dim, embd, true, &w->wv) &&
-           bind_matrix(st, layer_name(n, l, "self_attn.o_proj.weight"), embd, q_dim, true, &w->wo) &&
-           bind_vector(st, layer_name(n, l, "self_attn.q_proj.bias"), q_dim, h->qkv_bias, &w->bq) &&
-           bind_vector(st, layer_name(n, l, "self_attn.k_proj.bias"), kv_dim, h->qkv_bias, &w->bk) &&
-           bind_vector(st, layer_name(n, l, "self_attn.v_proj.bias"), kv_dim, h->qkv_bias, &w->bv) &&
-           bind_vector(st, layer_name(n, l, "self_attn.o_proj.bias"), embd, h->o_bias, &w->bo) &&
-           bind_vector(st, layer_name(n, l, "self_attn.q_norm.weight"), hd, h->qk_norm, &w->q_norm) &&
-           bind_vector(st, layer_name(n, l, "self_attn.k_norm.weight"), hd, h->qk_norm, &w->k_norm) &&
-           bind_vector(st, layer_name(n, l, "post_attention_layernorm.weight"), embd, true, &w->ffn_norm) &&
-           bind_matrix(st, layer_name(n, l, "mlp.gate_proj.weight"), ff, embd, true, &w->w_gate) &&
-           bind_matrix(st, layer_name(n, l, "mlp.up_proj.weight"), ff, embd, true, &w->w_up) &&
-           bind_matrix(st, layer_name(n, l, "mlp.down_proj.weight"), embd, ff, true, &w->w_down);
+    return bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_NORM, l), embd, true, &w->attn_norm) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_Q, l), q_dim, embd, true, &w->wq) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_K, l), kv_dim, embd, true, &w->wk) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_V, l), kv_dim, embd, true, &w->wv) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_ATTN_OUTPUT, l), embd, q_dim, true, &w->wo) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_Q_BIAS, l), q_dim, h->qkv_bias, &w->bq) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_K_BIAS, l), kv_dim, h->qkv_bias, &w->bk) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_V_BIAS, l), kv_dim, h->qkv_bias, &w->bv) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_OUTPUT_BIAS, l), embd, h->o_bias, &w->bo) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_Q_NORM, l), hd, h->qk_norm, &w->q_norm) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_ATTN_K_NORM, l), hd, h->qk_norm, &w->k_norm) &&
+           bind_vector(st, tensor(n, h, SY_TENSOR_FFN_NORM, l), embd, true, &w->ffn_norm) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_GATE, l), ff, embd, true, &w->w_gate) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_UP, l), ff, embd, true, &w->w_up) &&
+           bind_matrix(st, tensor(n, h, SY_TENSOR_FFN_DOWN, l), embd, ff, true, &w->w_down);
 }
 
 /* weight_dtype, n_params and the fingerprint, from every tensor of the checkpoint. */
@@ -340,13 +341,14 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     memset(&w, 0, sizeof w);
     const uint64_t vocab = h.vocab_size, embd = h.hidden_size;
     /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
-    const char *final_norm = h.arch == SY_HF_ARCH_LFM2 ? "model.embedding_norm.weight" : "model.norm.weight";
-    if (!bind_matrix(fmt->st, "model.embed_tokens.weight", vocab, embd, true, &w.token_embd) ||
-        !bind_vector(fmt->st, final_norm, embd, true, &w.output_norm))
+    sy_tensor_role final_norm = h.arch == SY_HF_ARCH_LFM2 ? SY_TENSOR_TOKEN_EMBD_NORM : SY_TENSOR_OUTPUT_NORM;
+    char n[NAME_BYTES];
+    if (!bind_matrix(fmt->st, tensor(n, &h, SY_TENSOR_TOKEN_EMBD, 0), vocab, embd, true, &w.token_embd) ||
+        !bind_vector(fmt->st, tensor(n, &h, final_norm, 0), embd, true, &w.output_norm))
         return SY_ERR_FORMAT;
     if (h.tie_word_embeddings) {
         w.output = w.token_embd; /* transformers ignores a stored lm_head.weight when tied */
-    } else if (!bind_matrix(fmt->st, "lm_head.weight", vocab, embd, true, &w.output)) {
+    } else if (!bind_matrix(fmt->st, tensor(n, &h, SY_TENSOR_OUTPUT, 0), vocab, embd, true, &w.output)) {
         return SY_ERR_FORMAT;
     }
     if (fmt->rope_factors)

@@ -68,5 +68,33 @@ expect_error "bad engine option" 1 "n_ctx" "$sy" generate --model "$model" -o n_
 expect_error "unknown verb" 2 "unknown verb" "$sy" frobnicate
 expect_error "unreadable plugin dir" 1 "cannot read plugin directory" "$sy" plugins --plugin-dir /nonexistent/plugins
 
+# quantize is the switchyard-quantize program, run from beside the executable (or SY_QUANTIZE_BIN) with the verb's
+# arguments: same output, same exit status, and one line naming where it looked when it is missing.
+qbin=$(dirname "$sy")/switchyard-quantize
+ckpt=$root/tests/fixtures/hf/qwen3-f32
+status_of() { "$@" >/dev/null 2>&1; echo $?; }
+check "quantize --help is the program's" test "$("$sy" quantize --help)" == "$("$qbin" --help)"
+check "quantize --help names the verb" bash -c "'$sy' quantize --help | head -n 1 | grep -q '^usage: switchyard quantize '"
+check "quantize --help exits 0" test "$(status_of "$sy" quantize --help)" -eq 0
+check "quantize without arguments exits 2" test "$(status_of "$sy" quantize)" -eq 2
+check "quantize --dry-run is the program's" \
+  test "$("$sy" quantize --dry-run "$ckpt" /nonexistent/out.gguf Q4_K_M)" == "$("$qbin" --dry-run "$ckpt" /nonexistent/out.gguf Q4_K_M)"
+check "quantize --dry-run lists the tensors" bash -c "'$sy' quantize --dry-run '$ckpt' /nonexistent/out.gguf Q8_0 | grep -q '^blk.0.attn_q.weight '"
+check "quantize: unknown option exits 2" test "$(status_of "$sy" quantize --frob a b Q8_0)" -eq 2
+check "quantize: unknown option named as getopt names it for the verb" \
+  test "$("$sy" quantize --frob a b Q8_0 2>&1 | head -n 1)" == "quantize: unrecognized option '--frob'"
+expect_error "quantize: unknown type" 2 "switchyard quantize: unknown type 'Q9_9'" "$sy" quantize a b Q9_9
+expect_error "quantize: missing input" 1 "switchyard quantize: /nonexistent/in: No such file" \
+  "$sy" quantize /nonexistent/in /nonexistent/out.gguf Q8_0
+check "SY_QUANTIZE_BIN names the program" test "$(SY_QUANTIZE_BIN=$qbin "$sy" quantize --help)" == "$("$qbin" --help)"
+expect_error "SY_QUANTIZE_BIN missing" 1 "looked for /nonexistent/switchyard-quantize (SY_QUANTIZE_BIN)" \
+  env SY_QUANTIZE_BIN=/nonexistent/switchyard-quantize "$sy" quantize --help
+lonely=$(mktemp -d "${TMPDIR:-/tmp}/sy-cli.XXXXXX")
+cp "$sy" "$lonely/switchyard"
+expect_error "quantizer missing beside the executable" 1 \
+  "switchyard-quantize is missing: looked for $lonely/switchyard-quantize and $lonely/../libexec/switchyard/switchyard-quantize" \
+  env -u SY_QUANTIZE_BIN "$lonely/switchyard" quantize --help
+rm -rf "$lonely"
+
 echo "cli: $passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -23,9 +23,9 @@
 
 #include <cmocka.h>
 
-#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "quantizer.h"
 #include "sy_kernels.h"
 
 #include "gguf_engine_util.h"
@@ -123,7 +123,7 @@ static void build_f16(const char *arch, const cJSON *model, const char *path) {
 
 static void run_quantize(const char *in, const char *out, const char *type) {
     char *argv[] = {"quantize", "--no-progress", "--threads", "2", (char *)in, (char *)out, (char *)type, NULL};
-    int rc = sy_cmd_quantize(7, argv);
+    int rc = sy_quantize_main(7, argv);
     if (rc != 0) fail_msg("switchyard quantize %s %s %s: exit %d", in, out, type, rc);
 }
 

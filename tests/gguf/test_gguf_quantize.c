@@ -1,4 +1,4 @@
-/* `switchyard quantize` (host/cmd_quantize.c, linked in) and llama.cpp's per-tensor type rules.
+/* `switchyard quantize` (plugins/quantizer, linked in) and llama.cpp's per-tensor type rules.
  *
  * From SafeTensors (tests/fixtures/gguf/quantize-expected.json, tools/oracle/gguf_quantize_fixtures.py): each
  * checkpoint of tests/fixtures/hf quantized to a type must give
@@ -23,10 +23,10 @@
 
 #include <cmocka.h>
 
-#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "quantize.h"
+#include "quantizer.h"
 #include "sy_kernels.h"
 
 #include "gguf_engine_util.h"
@@ -56,7 +56,7 @@ static int quantize(const char *in, const char *out, const char *type, const cha
     argv[argc++] = (char *)out;
     argv[argc++] = (char *)type;
     argv[argc] = NULL;
-    return sy_cmd_quantize(argc, argv);
+    return sy_quantize_main(argc, argv);
 }
 
 static void file_fnv(const char *path, char out[17]) {
@@ -306,7 +306,7 @@ static void test_verb_refuses_bad_input(void **state) {
     /* usage errors: exit 2 */
     assert_int_equal(quantize(good, out, "Q9_9", NULL), 2);
     char *short_argv[] = {"quantize", good, out, NULL};
-    assert_int_equal(sy_cmd_quantize(3, short_argv), 2);
+    assert_int_equal(sy_quantize_main(3, short_argv), 2);
     assert_int_equal(quantize(good, out, "Q8_0", "--threads=0"), 2);
     assert_false(exists(out));
 

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Third-party plugin workflow, end to end: install switchyard into a temporary prefix, build
-# docs/examples/minimal-plugin against it with nothing but pkg-config (switchyard-plugin.pc), and check that the host
-# loads the result and generates with it.
+# Third-party plugin workflow, end to end: install switchyard into a temporary prefix (whose quantize verb must find
+# the quantizer there), build docs/examples/minimal-plugin against it with nothing but pkg-config
+# (switchyard-plugin.pc), and check that the host loads the result and generates with it.
 #
 # Environment (set by CTest): SY_SOURCE_DIR, SY_BUILD_DIR, SY_CMAKE (the cmake that configured the build).
 set -eu
@@ -27,6 +27,11 @@ trap 'rm -rf "$work"' EXIT INT TERM
 pc=$(find "$work/prefix" -name switchyard-plugin.pc | head -n 1)
 [ -n "$pc" ] || fail "switchyard-plugin.pc was not installed"
 [ -f "$work/prefix/include/switchyard/switchyard.h" ] || fail "the ABI headers were not installed"
+# The installed quantize verb runs the quantizer from <prefix>/libexec/switchyard, off PATH.
+[ -x "$work/prefix/libexec/switchyard/switchyard-quantize" ] || fail "switchyard-quantize is not in libexec/switchyard"
+env -u SY_QUANTIZE_BIN "$work/prefix/bin/switchyard" quantize --help >"$work/quantize.txt" 2>&1 ||
+    { cat "$work/quantize.txt" >&2; fail "the installed switchyard quantize --help failed"; }
+grep -q '^usage: switchyard quantize ' "$work/quantize.txt" || fail "the installed quantize verb printed no usage"
 
 # 2. Configure and build the example against the prefix only: pkg-config finds nothing but the installed .pc.
 PKG_CONFIG_PATH=$(dirname "$pc")

@@ -25,9 +25,9 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "cli/commands.h"
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "quantizer.h"
 #include "spec_engines.h"
 #include "sy_kernels.h"
 #include "base/util.h"
@@ -133,7 +133,7 @@ static char *build_tiny_f16(const cJSON *models, const char *arch) {
 static char *quantize(const char *in, const char *name, const char *type) {
     char *out = sy_path_join(env.dir, name);
     char *argv[] = {"quantize", "--no-progress", "--threads", "1", (char *)in, out, (char *)type, NULL};
-    if (sy_cmd_quantize(7, argv) != 0) fail_msg("switchyard quantize %s %s %s failed", in, out, type);
+    if (sy_quantize_main(7, argv) != 0) fail_msg("switchyard quantize %s %s %s failed", in, out, type);
     return out;
 }
 
