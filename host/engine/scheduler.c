@@ -997,6 +997,9 @@ static void step(sy_scheduler *s) {
     pthread_mutex_unlock(&s->lock);
 
     if (st == SY_ERR_CANCELLED) {
+        pthread_mutex_lock(&s->lock);
+        s->stats.cancelled_steps++;
+        pthread_mutex_unlock(&s->lock);
         /* Nothing changed; the cancelled generations end in the loop, the others run again next step. */
         if (!stopping && !any_cancelled && !s->item_cancel) {
             bool reason = false;

@@ -122,6 +122,8 @@ typedef struct sy_scheduler_stats {
     uint64_t tokens_cached;
     uint64_t requests_done;
     uint64_t decode_calls;       /* engine decode calls (batched steps) */
+    uint64_t cancelled_steps;    /* of those, cancelled as a whole (shutdown, or a client left where the engine
+                                    cannot cancel items alone) */
     uint32_t max_batch_items;    /* the most sequences one decode call has carried */
     uint32_t parked_sequences;   /* held by the host prefix cache */
     uint64_t parked_tokens;

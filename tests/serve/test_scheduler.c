@@ -344,6 +344,83 @@ static void cancel_mid_generation(void **state) {
     close_sched(&om);
 }
 
+/* A client leaving mid-step cancels its own item only (the test engine cancels items alone): the other
+ * generation's step runs on, no step is cancelled as a whole, and its output is what it gives alone. */
+static void one_client_leaving_cancels_only_its_item(void **state) {
+    (void)state;
+    static const char *const slow[] = {"delay_us=3000"};
+    size_t n;
+    sy_gen_params p = serve_greedy(30);
+    p.ignore_eos = true;
+    collector *alone = collector_new();
+    open_model om;
+    open_sched(&om, slow, 1, 1, 4, 0);
+    int32_t *prompt = serve_tokenize(&om.lm, "the other one stays", &n);
+    serve_generate(om.sched, prompt, n, &p, alone);
+    close_sched(&om);
+
+    open_sched(&om, slow, 1, 2, 4, 0);
+    collector *leaving = collector_new(), *staying = collector_new();
+    char err[256];
+    int status = 0;
+    sy_gen_params long_p = serve_greedy(500);
+    long_p.ignore_eos = true;
+    sy_gen *g = sy_scheduler_submit(om.sched, prompt, n, &long_p, collector_callback, leaving, err, sizeof err,
+                                    &status);
+    sy_gen *h = sy_scheduler_submit(om.sched, prompt, n, &p, collector_callback, staying, err, sizeof err, &status);
+    assert_non_null(g);
+    assert_non_null(h);
+    assert_true(collector_wait_events(leaving, 3, 10));
+    assert_true(collector_wait_events(staying, 3, 10));
+    sy_gen_cancel(g); /* while both are in the step being decoded */
+    assert_true(collector_wait(leaving, 10));
+    assert_string_equal(leaving->finish_reason, "cancelled");
+    assert_true(collector_wait(staying, 10));
+    assert_string_equal(staying->finish_reason, "length");
+    assert_int_equal(staying->n_tokens, alone->n_tokens);
+    assert_memory_equal(staying->tokens, alone->tokens, alone->n_tokens * sizeof *alone->tokens);
+    sy_scheduler_stats st;
+    sy_scheduler_get_stats(om.sched, &st);
+    assert_int_equal(st.cancelled_steps, 0);
+    sy_gen_release(g);
+    sy_gen_release(h);
+    collector_delete(alone);
+    collector_delete(leaving);
+    collector_delete(staying);
+    free(prompt);
+    close_sched(&om);
+}
+
+/* An engine that takes at most 8 tokens a call (max_decode_tokens in its model info): steps and prefill chunks stay
+ * within it (the test engine refuses more), and the output is the unbounded engine's. */
+static void max_decode_tokens_bounds_each_step(void **state) {
+    (void)state;
+    static const char *const bounded[] = {"max_decode_tokens=8"};
+    char *text = make_prompt(7, 200);
+    sy_gen_params p = serve_greedy(20);
+    p.ignore_eos = true;
+    collector *free_run = collector_new(), *bounded_run = collector_new();
+    open_model om;
+    size_t n;
+    open_sched(&om, NULL, 0, 1, 4, 0);
+    int32_t *prompt = serve_tokenize(&om.lm, text, &n);
+    serve_generate(om.sched, prompt, n, &p, free_run);
+    close_sched(&om);
+    assert_true(n > 8);
+    open_sched(&om, bounded, 1, 16, 4, 0); /* 16 slots asked: 8 at most fit a call */
+    assert_int_equal(om.lm.info.max_decode_tokens, 8);
+    serve_generate(om.sched, prompt, n, &p, bounded_run);
+    assert_int_equal(bounded_run->end_type, SY_GEN_EVENT_DONE);
+    assert_string_equal(bounded_run->finish_reason, "length");
+    assert_int_equal(bounded_run->n_tokens, free_run->n_tokens);
+    assert_memory_equal(bounded_run->tokens, free_run->tokens, free_run->n_tokens * sizeof *free_run->tokens);
+    close_sched(&om);
+    collector_delete(free_run);
+    collector_delete(bounded_run);
+    free(prompt);
+    free(text);
+}
+
 static void queue_full_is_429(void **state) {
     (void)state;
     static const char *const slow[] = {"delay_us=2000"};
@@ -843,6 +920,8 @@ int main(void) {
         cmocka_unit_test(context_full_ends_with_length),
         cmocka_unit_test(refused_submits),
         cmocka_unit_test(cancel_mid_generation),
+        cmocka_unit_test(one_client_leaving_cancels_only_its_item),
+        cmocka_unit_test(max_decode_tokens_bounds_each_step),
         cmocka_unit_test(queue_full_is_429),
         cmocka_unit_test(destroy_cancels_everything),
         cmocka_unit_test(prefix_reuse_in_slot),
