@@ -121,7 +121,7 @@ static void restore_task(sy_scheduler *s, void *user) {
     char why[900] = "";
     sy_snapshot *snap = NULL;
     sy_snapshot_error e = sy_snapshot_open_file(job->path, NULL, &snap, why, sizeof why);
-    if (e == SY_SNAPSHOT_OK) e = sy_snapshot_key_check(sy_snapshot_get_key(snap), &key, why, sizeof why);
+    if (e == SY_SNAPSHOT_OK) e = sy_snapshot_model_accepts(job->lm, sy_snapshot_get_key(snap), &key, why, sizeof why);
     if (e == SY_SNAPSHOT_OK) e = sy_snapshot_check_tokens(snap, job->lm->info.n_vocab, why, sizeof why);
     sy_seq *seq = NULL;
     uint32_t n = 0;

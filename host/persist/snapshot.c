@@ -752,17 +752,35 @@ void sy_snapshot_version(const sy_snapshot *s, unsigned *major, unsigned *minor)
 
 uint64_t sy_snapshot_created(const sy_snapshot *s) { return s->created; }
 
+static bool same_string(const char *a, const char *b) { return a != NULL && b != NULL && strcmp(a, b) == 0; }
+
 sy_snapshot_error sy_snapshot_key_check(const sy_snapshot_key *have, const sy_snapshot_key *want, char *reason,
                                         size_t reason_size) {
+    return sy_snapshot_key_accepts(have, want, NULL, NULL, reason, reason_size);
+}
+
+sy_snapshot_error sy_snapshot_key_accepts(const sy_snapshot_key *have, const sy_snapshot_key *want,
+                                          sy_snapshot_can_read_fn can_read, void *ctx, char *reason,
+                                          size_t reason_size) {
     if (have == NULL || want == NULL)
         return fail(reason, reason_size, SY_SNAPSHOT_ERR_ARGUMENT, "key check: a key is missing");
     const char *names[4] = {"model fingerprint", "plugin", "plugin version", "state layout"};
     const char *a[4] = {have->fingerprint, have->plugin_name, have->plugin_version, have->layout};
     const char *b[4] = {want->fingerprint, want->plugin_name, want->plugin_version, want->layout};
-    for (int i = 0; i < 4; i++) {
-        if (a[i] == NULL || b[i] == NULL || strcmp(a[i], b[i]) != 0)
+    for (int i = 0; i < 2; i++) { /* the model and the plugin: never negotiable */
+        if (!same_string(a[i], b[i]))
             return fail(reason, reason_size, SY_SNAPSHOT_ERR_KEY, "%s differs (snapshot '%.80s', model '%.80s')",
                         names[i], a[i] ? a[i] : "", b[i] ? b[i] : "");
+    }
+    bool same_version = same_string(a[2], b[2]), same_layout = same_string(a[3], b[3]);
+    if (!same_version || !same_layout) {
+        /* Another build of the plugin wrote it: the plugin decides whether it reads that layout and version. */
+        int i = same_version ? 3 : 2;
+        if (can_read == NULL || a[2] == NULL || a[3] == NULL || !can_read(ctx, a[3], a[2]))
+            return fail(reason, reason_size, SY_SNAPSHOT_ERR_KEY,
+                        "%s differs (snapshot '%.80s', model '%.80s')%s", names[i], a[i] ? a[i] : "",
+                        b[i] ? b[i] : "", can_read ? " and the plugin cannot read it" : "");
+        if (!same_layout) return SY_SNAPSHOT_OK; /* the sizes below are the old layout's, read by the plugin */
     }
     if (have->element_size != want->element_size)
         return fail(reason, reason_size, SY_SNAPSHOT_ERR_KEY, "element size differs (snapshot %u, model %u)",

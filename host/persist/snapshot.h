@@ -129,6 +129,14 @@ uint64_t sy_snapshot_created(const sy_snapshot *s);
  * naming the first field that differs. */
 sy_snapshot_error sy_snapshot_key_check(const sy_snapshot_key *have, const sy_snapshot_key *want, char *reason,
                                         size_t reason_size);
+/* Whether the plugin reads state written with `layout` by its version `writer_version` (sy.engine.state/1's
+ * state_can_read). */
+typedef int (*sy_snapshot_can_read_fn)(void *ctx, const char *layout, const char *writer_version);
+/* Like sy_snapshot_key_check, but a snapshot of the same model and plugin whose plugin version or state layout
+ * differs is accepted when can_read (may be NULL: strict) says the plugin reads it. */
+sy_snapshot_error sy_snapshot_key_accepts(const sy_snapshot_key *have, const sy_snapshot_key *want,
+                                          sy_snapshot_can_read_fn can_read, void *ctx, char *reason,
+                                          size_t reason_size);
 
 /* SY_SNAPSHOT_OK when every token of the ledger is below n_vocab (the model's); else SY_SNAPSHOT_ERR_FORMAT naming
  * the first one outside. Check it before a restore: engines may trust the ids they are handed. */

@@ -284,6 +284,19 @@ int sy_snapshot_model_key(const sy_loaded_model *lm, sy_snapshot_key *key, char 
     return 0;
 }
 
+static int plugin_can_read(void *ctx, const char *layout, const char *writer_version) {
+    const sy_loaded_model *lm = ctx;
+    return lm->plugin->engine_state->state_can_read(lm->model, layout, writer_version) != 0;
+}
+
+sy_snapshot_error sy_snapshot_model_accepts(const sy_loaded_model *lm, const sy_snapshot_key *have,
+                                            const sy_snapshot_key *want, char *reason, size_t reason_size) {
+    const sy_engine_state_api *state = lm->plugin->engine_state;
+    bool asks = state != NULL && SY_HAS_FIELD(state, sy_engine_state_api, state_can_read) &&
+                state->state_can_read != NULL;
+    return sy_snapshot_key_accepts(have, want, asks ? plugin_can_read : NULL, (void *)lm, reason, reason_size);
+}
+
 char *sy_snapshot_model_dir(const char *resume_path, const char *model_name) {
     size_t n = strlen(model_name);
     char *escaped = sy_xmalloc(3 * n + 1);
@@ -507,7 +520,7 @@ int sy_snapshot_resume_model(const char *resume_path, const char *model_name, co
         const char *path = files[f].path;
         sy_snapshot *snap = NULL;
         sy_snapshot_error e = sy_snapshot_open_file(path, NULL, &snap, err, sizeof err);
-        if (e == SY_SNAPSHOT_OK) e = sy_snapshot_key_check(sy_snapshot_get_key(snap), &key, err, sizeof err);
+        if (e == SY_SNAPSHOT_OK) e = sy_snapshot_model_accepts(lm, sy_snapshot_get_key(snap), &key, err, sizeof err);
         if (e == SY_SNAPSHOT_OK) e = sy_snapshot_check_tokens(snap, lm->info.n_vocab, err, sizeof err);
         if (e != SY_SNAPSHOT_OK) {
             sy_log(SY_LOG_WARN, "model %s: snapshot %s skipped (%s): %s", model_name, path, sy_snapshot_error_name(e),

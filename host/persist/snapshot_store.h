@@ -65,6 +65,10 @@ void sy_snapshot_store_name(const int32_t *tokens, uint32_t n_tokens, char out[3
 /* The compatibility key of a loaded model (strings borrowed from the model and its plugin). Returns 0, or -1
  * with err set when its plugin has no state extension or the model no fingerprint. */
 int sy_snapshot_model_key(const sy_loaded_model *lm, sy_snapshot_key *key, char *err, size_t err_size);
+/* Whether a snapshot with key `have` may be restored into lm (whose key is `want`): the same key, or one the
+ * plugin says it reads (state_can_read, ABI 1.2) when only the plugin version or the layout differ. */
+sy_snapshot_error sy_snapshot_model_accepts(const sy_loaded_model *lm, const sy_snapshot_key *have,
+                                            const sy_snapshot_key *want, char *reason, size_t reason_size);
 
 /* The store folder of a model under the resume path: resume_path/<name, with every byte outside [A-Za-z0-9._-]
  * written as %XX>; malloc'd. */

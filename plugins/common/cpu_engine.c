@@ -618,10 +618,19 @@ done:
     return st;
 }
 
+/* The layout names carry the chunk format ("sy-cpu-kv-f16-v1"): any build that writes this model's layout wrote
+ * the same bytes, so a plugin upgrade does not void the snapshots of its users. */
+static int state_can_read(const sy_model *m, const char *layout, const char *writer_version) {
+    (void)writer_version;
+    sy_state_info info = {.struct_size = sizeof info};
+    return layout != NULL && state_info(m, &info) == SY_OK && strcmp(layout, info.layout) == 0;
+}
+
 const sy_engine_state_api sy_cpu_state_api = {
     .struct_size = sizeof(sy_engine_state_api),
     .state_info = state_info,
     .state_chunk_bytes = state_chunk_bytes,
     .state_save_chunk = state_save_chunk,
     .state_load_chunk = state_load_chunk,
+    .state_can_read = state_can_read,
 };

@@ -103,10 +103,23 @@ static sy_status te_state_load_chunk(sy_model *model, sy_seq *seq, uint32_t begi
     return SY_OK;
 }
 
+#if SY_ABI_TARGET_MINOR >= 2
+/* The layout name carries the chunk format; every 0.x build of this engine writes it the same way, so a snapshot of
+ * another 0.x version reads as it is. Another layout (the other kind of model) or another major does not. */
+static int te_state_can_read(const sy_model *model, const char *layout, const char *writer_version) {
+    sy_state_info info = {.struct_size = sizeof info};
+    if (layout == NULL || writer_version == NULL || te_state_info(model, &info) != SY_OK) return 0;
+    return strcmp(layout, info.layout) == 0 && strncmp(writer_version, "0.", 2) == 0;
+}
+#endif
+
 const sy_engine_state_api te_state_api = {
     .struct_size = sizeof(sy_engine_state_api),
     .state_info = te_state_info,
     .state_chunk_bytes = te_state_chunk_bytes,
     .state_save_chunk = te_state_save_chunk,
     .state_load_chunk = te_state_load_chunk,
+#if SY_ABI_TARGET_MINOR >= 2
+    .state_can_read = te_state_can_read,
+#endif
 };

@@ -530,6 +530,26 @@ static void wrong_model_refused(void **state) {
     changed.element_size = 4;
     assert_int_equal(sy_snapshot_key_check(&mine, &changed, err, sizeof err), SY_SNAPSHOT_ERR_KEY);
     assert_int_equal(sy_snapshot_key_check(&mine, &mine, err, sizeof err), SY_SNAPSHOT_OK);
+    /* Another version of the same plugin (ABI 1.2 state_can_read): the test engine reads its layout from any 0.x
+     * build, not from another major, and never another model's or another layout. */
+    sy_snapshot_key older = mine;
+    older.plugin_version = "0.0.7";
+    assert_int_equal(sy_snapshot_model_accepts(&lm, &older, &mine, err, sizeof err), SY_SNAPSHOT_OK);
+    older.plugin_version = "1.0.0";
+    assert_int_equal(sy_snapshot_model_accepts(&lm, &older, &mine, err, sizeof err), SY_SNAPSHOT_ERR_KEY);
+    assert_non_null(strstr(err, "cannot read it"));
+    older = mine;
+    older.plugin_version = "0.0.7";
+    older.layout = "kv-q8-v1";
+    assert_int_equal(sy_snapshot_model_accepts(&lm, &older, &mine, err, sizeof err), SY_SNAPSHOT_ERR_KEY);
+    older = mine;
+    older.plugin_version = "0.0.7";
+    older.fingerprint = "another-model";
+    assert_int_equal(sy_snapshot_model_accepts(&lm, &older, &mine, err, sizeof err), SY_SNAPSHOT_ERR_KEY);
+    assert_non_null(strstr(err, "model fingerprint differs"));
+    older = mine;
+    older.plugin_version = "0.0.7";
+    assert_int_equal(sy_snapshot_key_check(&older, &mine, err, sizeof err), SY_SNAPSHOT_ERR_KEY); /* strict */
     free(g.data);
     sy_loaded_model_close(&rec);
     sy_loaded_model_close(&other);
