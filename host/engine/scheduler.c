@@ -54,6 +54,8 @@ struct sy_gen {
     sy_gen_usage usage;
     bool in_batch; /* under the scheduler lock: its tokens are in the decode running now */
     sy_host_call call; /* this generation's own cancellation, for engines that cancel items alone */
+    bool device_sampled; /* every token sampled by the engine (sy.engine.sampling/1): chosen when it starts */
+    uint64_t rng;        /* the engine sampler's generator state, seeded from params.sampling.seed */
 
     /* Loop-thread state while it runs. */
     sy_sampler *sampler;
@@ -120,6 +122,9 @@ struct sy_scheduler {
     /* Loop-thread scratch. */
     sy_decode_item *items;
     sy_status *item_status; /* filled by engines with SY_CAP_ITEM_CANCEL */
+    const sy_engine_sampling_api *sampling; /* the engine samples itself; NULL: the host samples every token */
+    sy_sampling_params *sample_params;      /* per item of a sampled part */
+    int32_t *sample_tokens;
     bool item_cancel;       /* the engine drops a cancelled item alone instead of failing the step */
     slot **item_slots;
     char *piece;
@@ -142,6 +147,16 @@ sy_gen_params sy_gen_params_defaults(void) {
     p.sampling = sy_sampler_defaults();
     p.speculative = true;
     return p;
+}
+
+/* Whether the engine may sample this generation's tokens itself (sy.engine.sampling/1): only when the host has
+ * nothing to do between the logits and the token (no penalties, no logprobs, no drafts to verify against the
+ * rows). Decided once per generation, so that one seed always meets one sampler. */
+static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
+    const sy_sampler_params *p = &g->params.sampling;
+    return s->sampling != NULL && !g->params.logprobs && g->params.top_logprobs == 0 && p->repeat_penalty == 1.0f &&
+           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           !(s->opts.speculator != NULL && g->params.speculative);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -601,7 +616,9 @@ static int slot_start(sy_scheduler *s, slot *sl, sy_gen *g, char *msg, size_t ms
     }
     if (sl->logits == NULL) sl->logits = sy_xmalloc((size_t)s->n_vocab * sizeof *sl->logits);
     g->sampler = sy_sampler_create(&g->params.sampling, s->n_vocab);
-    if (s->opts.speculator != NULL && g->params.speculative) {
+    g->device_sampled = device_sampling_fits(s, g);
+    g->rng = g->params.sampling.seed;
+    if (!g->device_sampled && s->opts.speculator != NULL && g->params.speculative) {
         if (sl->spec == NULL) sl->spec = sy_spec_seq_create(s->opts.speculator, s->n_vocab);
         sy_spec_seq_begin(sl->spec, &g->params.sampling);
     }
@@ -934,8 +951,11 @@ static uint32_t build_batch(sy_scheduler *s) {
     return n_items;
 }
 
-static sy_status run_decode(sy_scheduler *s, const sy_decode_item *items, uint32_t n_items, char *msg,
-                            size_t msg_size) {
+/* One decode call over items[0..n_items), whose outcomes (engines with SY_CAP_ITEM_CANCEL) land in status. With
+ * `sampled`, the engine samples each item's token into s->sample_tokens (sy.engine.sampling/1) instead of
+ * returning logits. */
+static sy_status run_decode(sy_scheduler *s, sy_decode_item *items, slot *const *slots, uint32_t n_items,
+                            sy_status *status, bool sampled, char *msg, size_t msg_size) {
     sy_decode_batch batch;
     memset(&batch, 0, sizeof batch);
     batch.struct_size = sizeof batch;
@@ -944,10 +964,22 @@ static sy_status run_decode(sy_scheduler *s, const sy_decode_item *items, uint32
     batch.items = items;
     batch.call = &s->step_call;
     if (s->item_cancel) {
-        for (uint32_t k = 0; k < n_items; k++) s->item_status[k] = SY_OK;
-        batch.item_status = s->item_status;
+        for (uint32_t k = 0; k < n_items; k++) status[k] = SY_OK;
+        batch.item_status = status;
     }
-    sy_status st = s->lm->engine->decode(s->lm->model, &batch);
+    sy_status st;
+    if (sampled) {
+        for (uint32_t k = 0; k < n_items; k++) {
+            sy_gen *g = slots[k]->gen;
+            const sy_sampler_params *p = &g->params.sampling;
+            items[k].logits = NULL;
+            s->sample_params[k] = (sy_sampling_params){sizeof(sy_sampling_params), p->temperature, p->top_k, p->top_p,
+                                                       p->min_p, &g->rng};
+        }
+        st = s->sampling->decode_sample(s->lm->model, &batch, s->sample_params, s->sample_tokens);
+    } else {
+        st = s->lm->engine->decode(s->lm->model, &batch);
+    }
     if (st != SY_OK) snprintf(msg, msg_size, "%s", s->lm->engine->error_message());
     return st;
 }
@@ -968,10 +1000,51 @@ static void slot_advance(sy_scheduler *s, slot *sl, const sy_decode_item *item) 
     if (item->n_logits > 0) slot_sample(s, sl);
 }
 
-/* One step: decode the batch, then sample and emit. */
+/* After a successful decode_sample of this slot's part: mirror the tokens, take the engine's token. */
+static void slot_advance_sampled(sy_scheduler *s, slot *sl, const sy_decode_item *item, int32_t token) {
+    slot_mirror_append(sl, item->tokens, item->n_tokens);
+    if (sl->phase == SLOT_PREFILL) {
+        sl->prompt_pos += item->n_tokens;
+        pthread_mutex_lock(&s->lock);
+        s->stats.tokens_prefilled += item->n_tokens;
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_lock(&s->lock);
+    s->stats.device_sampled_tokens++;
+    pthread_mutex_unlock(&s->lock);
+    slot_take_token(s, sl, token, NULL);
+}
+
+static void step_part(sy_scheduler *s, uint32_t first, uint32_t n_items, bool sampled, bool any_cancelled);
+
+/* One step: decode the batch, then sample and emit. Items whose generation the engine samples go in a call of
+ * their own (decode_sample takes only items that want one token each), after the rest. */
 static void step(sy_scheduler *s) {
     uint32_t n_items = build_batch(s);
     if (n_items == 0) return;
+    uint32_t n_plain = n_items;
+    if (s->sampling != NULL) {
+        /* Stable partition: plain items first, sampled ones (one logits row, no drafts) last. */
+        slot *moved_slots[n_items];
+        sy_decode_item moved_items[n_items];
+        uint32_t n_moved = 0, w = 0;
+        for (uint32_t k = 0; k < n_items; k++) {
+            slot *sl = s->item_slots[k];
+            bool sampled = sl->gen->device_sampled && sl->step_logits == 1 && sl->step_drafts == 0;
+            if (sampled) {
+                moved_slots[n_moved] = sl;
+                moved_items[n_moved++] = s->items[k];
+            } else {
+                s->item_slots[w] = sl;
+                s->items[w++] = s->items[k];
+            }
+        }
+        for (uint32_t k = 0; k < n_moved; k++) {
+            s->item_slots[w + k] = moved_slots[k];
+            s->items[w + k] = moved_items[k];
+        }
+        n_plain = w;
+    }
 
     /* Mark the generations as in this decode, so cancelling one interrupts it. */
     bool any_cancelled = false;
@@ -984,15 +1057,24 @@ static void step(sy_scheduler *s) {
     if (s->stopping || (any_cancelled && !s->item_cancel)) sy_host_call_cancel(&s->step_call);
     pthread_mutex_unlock(&s->lock);
 
+    if (n_plain > 0) step_part(s, 0, n_plain, false, any_cancelled);
+    if (n_plain < n_items) step_part(s, n_plain, n_items - n_plain, true, any_cancelled);
+}
+
+/* Decodes items [first, first + n_items) in one call, then samples (or takes the engine's tokens) and emits. */
+static void step_part(sy_scheduler *s, uint32_t first, uint32_t n_items, bool sampled, bool any_cancelled) {
+    sy_decode_item *items = s->items + first;
+    slot **slots = s->item_slots + first;
+    sy_status *status = s->item_status + first;
     char msg[512] = "";
     double t_decode = sy_now_seconds();
-    sy_status st = run_decode(s, s->items, n_items, msg, sizeof msg);
+    sy_status st = run_decode(s, items, slots, n_items, status, sampled, msg, sizeof msg);
     if (st == SY_OK) note_decode_timing(s, n_items, sy_now_seconds() - t_decode);
 
     pthread_mutex_lock(&s->lock);
     s->stats.decode_calls++;
     if (n_items > s->stats.max_batch_items) s->stats.max_batch_items = n_items;
-    for (uint32_t k = 0; k < n_items; k++) s->item_slots[k]->gen->in_batch = false;
+    for (uint32_t k = 0; k < n_items; k++) slots[k]->gen->in_batch = false; /* before a finish drops the gen */
     bool stopping = s->stopping;
     pthread_mutex_unlock(&s->lock);
 
@@ -1004,9 +1086,9 @@ static void step(sy_scheduler *s) {
         if (!stopping && !any_cancelled && !s->item_cancel) {
             bool reason = false;
             for (uint32_t k = 0; k < n_items; k++)
-                if (atomic_load(&s->item_slots[k]->gen->cancelled)) reason = true;
+                if (atomic_load(&slots[k]->gen->cancelled)) reason = true;
             if (!reason && ++s->spurious_cancels >= SY_SCHED_MAX_SPURIOUS_CANCELS) {
-                for (uint32_t k = 0; k < n_items; k++) engine_failure(s, s->item_slots[k], st, msg);
+                for (uint32_t k = 0; k < n_items; k++) engine_failure(s, slots[k], st, msg);
                 s->spurious_cancels = 0;
             }
         }
@@ -1015,9 +1097,10 @@ static void step(sy_scheduler *s) {
     s->spurious_cancels = 0;
     if (st == SY_OK) {
         for (uint32_t k = 0; k < n_items; k++) {
-            slot *sl = s->item_slots[k];
-            sy_status one = s->item_cancel ? s->item_status[k] : SY_OK;
-            if (one == SY_OK) slot_advance(s, sl, &s->items[k]);
+            slot *sl = slots[k];
+            sy_status one = s->item_cancel ? status[k] : SY_OK;
+            if (one == SY_OK && sampled) slot_advance_sampled(s, sl, &items[k], s->sample_tokens[k]);
+            else if (one == SY_OK) slot_advance(s, sl, &items[k]);
             else if (one == SY_ERR_CANCELLED) continue; /* left as it was; the generation ends in the loop */
             else if (one == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
             else engine_failure(s, sl, one, "the engine left this sequence out of the step");
@@ -1036,18 +1119,19 @@ static void step(sy_scheduler *s) {
     /* The batch failed as a whole: find whose part fails by decoding each alone, so one bad request does not
      * take the others down. */
     if (n_items == 1) {
-        slot *sl = s->item_slots[0];
+        slot *sl = slots[0];
         if (st == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
         else engine_failure(s, sl, st, msg);
         return;
     }
     for (uint32_t k = 0; k < n_items; k++) {
-        slot *sl = s->item_slots[k];
+        slot *sl = slots[k];
         if (atomic_load(&sl->gen->cancelled)) continue; /* ends in the loop */
         char one_msg[512] = "";
-        sy_status one = run_decode(s, &s->items[k], 1, one_msg, sizeof one_msg);
-        if (one == SY_OK && s->item_cancel) one = s->item_status[0]; /* the item's own outcome */
-        if (one == SY_OK) slot_advance(s, sl, &s->items[k]);
+        sy_status one = run_decode(s, &items[k], &slots[k], 1, &status[k], sampled, one_msg, sizeof one_msg);
+        if (one == SY_OK && s->item_cancel) one = status[k]; /* the item's own outcome */
+        if (one == SY_OK && sampled) slot_advance_sampled(s, sl, &items[k], s->sample_tokens[0]);
+        else if (one == SY_OK) slot_advance(s, sl, &items[k]);
         else if (one == SY_ERR_CANCELLED) continue;
         else if (one == SY_ERR_CONTEXT_FULL && sl->phase == SLOT_DECODE) slot_finish(s, sl, "length", NULL);
         else engine_failure(s, sl, one, one_msg);
@@ -1154,6 +1238,12 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
     for (uint32_t i = 0; i < s->n_slots; i++) s->slots[i].index = i;
     s->items = sy_xcalloc(s->n_slots, sizeof *s->items);
     s->item_status = sy_xcalloc(s->n_slots, sizeof *s->item_status);
+    const sy_engine_sampling_api *sampling = lm->plugin != NULL ? lm->plugin->engine_sampling : NULL;
+    if (sampling != NULL && sampling->decode_sample != NULL && !opts->host_sampling) {
+        s->sampling = sampling;
+        s->sample_params = sy_xcalloc(s->n_slots, sizeof *s->sample_params);
+        s->sample_tokens = sy_xcalloc(s->n_slots, sizeof *s->sample_tokens);
+    }
     s->item_cancel = (lm->info.capabilities & SY_CAP_ITEM_CANCEL) != 0;
     s->cache = sy_prefix_cache_create();
     s->item_slots = sy_xcalloc(s->n_slots, sizeof *s->item_slots);
@@ -1171,6 +1261,8 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
         pthread_mutex_destroy(&s->lock);
         free(s->items);
         free(s->item_status);
+        free(s->sample_params);
+        free(s->sample_tokens);
         free(s->item_slots);
         free(s->slots);
         sy_prefix_cache_free(s->cache);
@@ -1202,6 +1294,8 @@ void sy_scheduler_destroy(sy_scheduler *s) {
     free(s->slots);
     free(s->items);
     free(s->item_status);
+    free(s->sample_params);
+    free(s->sample_tokens);
     free(s->item_slots);
     free(s->piece);
     free(s);

@@ -95,6 +95,9 @@ typedef struct sy_scheduler_options {
     /* Speculative decoding (speculative.h): the model's drafter, borrowed (it must outlive the scheduler); NULL:
      * none. Requests with `speculative` set draft through it. */
     struct sy_speculator *speculator;
+    /* The host samples every token even where the engine offers sy.engine.sampling/1 (which it otherwise uses
+     * for requests without penalties, logprobs or drafts). */
+    bool host_sampling;
 } sy_scheduler_options;
 
 /* Start the engine loop for a loaded model (the scheduler borrows lm; it must outlive the scheduler). */
@@ -122,6 +125,7 @@ typedef struct sy_scheduler_stats {
     uint64_t tokens_cached;
     uint64_t requests_done;
     uint64_t decode_calls;       /* engine decode calls (batched steps) */
+    uint64_t device_sampled_tokens; /* tokens the engine sampled itself (sy.engine.sampling/1) */
     uint64_t cancelled_steps;    /* of those, cancelled as a whole (shutdown, or a client left where the engine
                                     cannot cancel items alone) */
     uint32_t max_batch_items;    /* the most sequences one decode call has carried */

@@ -421,6 +421,68 @@ static void max_decode_tokens_bounds_each_step(void **state) {
     free(text);
 }
 
+/* The test engine offers sy.engine.sampling/1: greedy requests without logprobs or penalties are sampled by the
+ * engine (the same tokens as the host's argmax), and mixed steps (another slot's prompt chunk) split into a plain
+ * decode and a sampled one. A request with logprobs, or a scheduler told to, samples on the host. */
+static void engine_samples_where_it_can(void **state) {
+    (void)state;
+    char *text = make_prompt(9, 300);
+    sy_gen_params p = serve_greedy(25);
+    p.ignore_eos = true;
+    collector *host = collector_new(), *device = collector_new(), *with_logprobs = collector_new();
+    size_t n;
+    open_model om;
+    serve_open_model(&env, model_path, NULL, 0, &om.lm);
+    assert_non_null(om.lm.plugin->engine_sampling);
+    sy_scheduler_options so = {.parallel = 2, .max_queue = 4, .prefill_chunk = 32, .host_sampling = true};
+    om.sched = sy_scheduler_create(&om.lm, &so);
+    int32_t *prompt = serve_tokenize(&om.lm, text, &n);
+    serve_generate(om.sched, prompt, n, &p, host);
+    sy_scheduler_stats st;
+    sy_scheduler_get_stats(om.sched, &st);
+    assert_int_equal(st.device_sampled_tokens, 0);
+    sy_scheduler_destroy(om.sched);
+
+    so.host_sampling = false;
+    om.sched = sy_scheduler_create(&om.lm, &so);
+    /* A second request prefills in 32-token chunks while the first decodes: mixed steps. */
+    char err[256];
+    int status = 0;
+    collector *other = collector_new();
+    sy_gen *g = sy_scheduler_submit(om.sched, prompt, n, &p, collector_callback, device, err, sizeof err, &status);
+    assert_true(collector_wait_events(device, 2, 10));
+    int32_t *other_prompt = serve_tokenize(&om.lm, "another prompt entirely, long enough to take a few chunks of "
+                                           "thirty-two tokens while the first one decodes its answer", &n);
+    sy_gen *h = sy_scheduler_submit(om.sched, other_prompt, n, &p, collector_callback, other, err, sizeof err,
+                                    &status);
+    assert_true(collector_wait(device, 10));
+    assert_true(collector_wait(other, 10));
+    sy_gen_release(g);
+    sy_gen_release(h);
+    assert_int_equal(device->n_tokens, host->n_tokens);
+    assert_memory_equal(device->tokens, host->tokens, host->n_tokens * sizeof *host->tokens);
+    sy_scheduler_get_stats(om.sched, &st);
+    assert_int_equal(st.device_sampled_tokens, 50);
+
+    sy_gen_params lp = p;
+    lp.logprobs = true;
+    size_t n_first;
+    int32_t *first = serve_tokenize(&om.lm, text, &n_first);
+    serve_generate(om.sched, first, n_first, &lp, with_logprobs);
+    sy_scheduler_get_stats(om.sched, &st);
+    assert_int_equal(st.device_sampled_tokens, 50); /* logprobs need the rows: the host sampled */
+    assert_memory_equal(with_logprobs->tokens, host->tokens, host->n_tokens * sizeof *host->tokens);
+    close_sched(&om);
+    collector_delete(host);
+    collector_delete(device);
+    collector_delete(other);
+    collector_delete(with_logprobs);
+    free(prompt);
+    free(other_prompt);
+    free(first);
+    free(text);
+}
+
 static void queue_full_is_429(void **state) {
     (void)state;
     static const char *const slow[] = {"delay_us=2000"};
@@ -747,7 +809,8 @@ static void engine_error_ends_only_its_request(void **state) {
     faulty.decode = faulty_decode;
     faulty.error_message = faulty_error_message;
     om.lm.engine = &faulty;
-    sy_scheduler_options so = {.parallel = 2, .max_queue = 4};
+    /* The faults are in decode: the host samples, so every token passes through it. */
+    sy_scheduler_options so = {.parallel = 2, .max_queue = 4, .host_sampling = true};
     om.sched = sy_scheduler_create(&om.lm, &so);
     assert_non_null(om.sched);
 
@@ -842,7 +905,7 @@ static void parked_sequences_give_way_when_memory_runs_out(void **state) {
     pool.error_message = pool_error_message;
     om.lm.engine = &pool;
     atomic_store(&live_sequences, 0);
-    sy_scheduler_options so = {.parallel = 1, .max_queue = 4, .cache_tokens = 4000};
+    sy_scheduler_options so = {.parallel = 1, .max_queue = 4, .cache_tokens = 4000, .host_sampling = true};
     om.sched = sy_scheduler_create(&om.lm, &so);
     assert_non_null(om.sched);
 
@@ -922,6 +985,7 @@ int main(void) {
         cmocka_unit_test(cancel_mid_generation),
         cmocka_unit_test(one_client_leaving_cancels_only_its_item),
         cmocka_unit_test(max_decode_tokens_bounds_each_step),
+        cmocka_unit_test(engine_samples_where_it_can),
         cmocka_unit_test(queue_full_is_429),
         cmocka_unit_test(destroy_cancels_everything),
         cmocka_unit_test(prefix_reuse_in_slot),
