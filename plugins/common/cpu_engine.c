@@ -276,7 +276,11 @@ sy_status sy_cpu_token_to_bytes(const sy_model *m, int32_t token, char *out, siz
 }
 
 uint32_t sy_cpu_token_flags(const sy_model *m, int32_t token) {
-    return m == NULL ? 0 : m->vocab_ops->token_flags(m->vocab, token);
+    if (m == NULL) return 0;
+    uint32_t n_ctx;
+    /* outside the logits rows: not a token of this model (ABI 1.2) */
+    if (token < 0 || (uint32_t)token >= model_config(m, &n_ctx)->n_vocab) return SY_TOKEN_INVALID;
+    return m->vocab_ops->token_flags(m->vocab, token);
 }
 
 /* ---- sequences ---- */

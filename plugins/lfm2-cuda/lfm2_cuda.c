@@ -366,7 +366,9 @@ static sy_status lc_token_to_bytes(const sy_model *m, int32_t token, char *out, 
 }
 
 static uint32_t lc_token_flags(const sy_model *m, int32_t token) {
-    return m == NULL || m->tokenizer == NULL ? 0 : sy_bpe_token_flags(m->tokenizer, token);
+    if (m == NULL || m->tokenizer == NULL) return 0;
+    if (token < 0 || (uint32_t)token >= m->cfg.vocab_size) return SY_TOKEN_INVALID;
+    return sy_bpe_token_flags(m->tokenizer, token);
 }
 
 /* ---- sequences ---- */

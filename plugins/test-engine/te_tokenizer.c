@@ -109,7 +109,12 @@ sy_status te_token_to_bytes(const sy_model *model, int32_t token, char *out, siz
 }
 
 uint32_t te_token_flags(const sy_model *model, int32_t token) {
-    if (model == NULL || !te_token_valid(model, token)) return 0;
+    if (model == NULL) return 0;
+#if SY_ABI_TARGET_MINOR >= 2
+    if (!te_token_valid(model, token)) return SY_TOKEN_INVALID;
+#else
+    if (!te_token_valid(model, token)) return 0;
+#endif
     if (token < 256) return SY_TOKEN_NORMAL;
     if (token == TE_TOKEN_EOS || token == TE_TOKEN_IM_END) return SY_TOKEN_CONTROL | SY_TOKEN_END_OF_GENERATION;
     if (token >= TE_FIRST_UNUSED) return SY_TOKEN_CONTROL | SY_TOKEN_UNUSED;

@@ -206,7 +206,7 @@ static void test_model_info_and_tokenizer(void **state) {
     assert_int_equal(api->token_flags(m, 2), SY_TOKEN_CONTROL | SY_TOKEN_END_OF_GENERATION);
     assert_int_equal(api->token_flags(m, 3 + '\n'), SY_TOKEN_BYTE);
     assert_int_equal(api->token_flags(m, 300), SY_TOKEN_NORMAL);
-    assert_int_equal(api->token_flags(m, 512), 0);
+    assert_int_equal(api->token_flags(m, 512), SY_TOKEN_INVALID);
     char piece[8];
     assert_int_equal(api->token_to_bytes(m, 3 + '\n', piece, sizeof piece, &n), SY_OK);
     assert_int_equal(n, 1);

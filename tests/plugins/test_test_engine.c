@@ -454,8 +454,8 @@ static void tokenizer_bytes_and_control_tokens(void **state) {
     assert_int_equal(T.api->token_flags(m, 258), SY_TOKEN_CONTROL);
     assert_int_equal(T.api->token_flags(m, 259), SY_TOKEN_CONTROL | SY_TOKEN_END_OF_GENERATION);
     assert_int_equal(T.api->token_flags(m, 263), SY_TOKEN_CONTROL | SY_TOKEN_UNUSED);
-    assert_int_equal(T.api->token_flags(m, 264), 0);
-    assert_int_equal(T.api->token_flags(m, -5), 0);
+    assert_int_equal(T.api->token_flags(m, 264), SY_TOKEN_INVALID);
+    assert_int_equal(T.api->token_flags(m, -5), SY_TOKEN_INVALID);
     T.api->unload(m);
 }
 

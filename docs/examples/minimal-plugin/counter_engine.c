@@ -169,7 +169,8 @@ static sy_status counter_token_to_bytes(const sy_model *model, int32_t token, ch
 }
 
 static uint32_t counter_token_flags(const sy_model *model, int32_t token) {
-    if (model == NULL || token < 0 || token >= COUNTER_VOCAB) return 0;
+    if (model == NULL) return 0;
+    if (token < 0 || token >= COUNTER_VOCAB) return SY_TOKEN_INVALID; /* since 1.2: 0 would read as a normal token */
     return token == COUNTER_EOS ? SY_TOKEN_CONTROL | SY_TOKEN_END_OF_GENERATION : SY_TOKEN_NORMAL;
 }
 
