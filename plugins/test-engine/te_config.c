@@ -29,6 +29,7 @@ static const te_key_spec te_keys[] = {
     {"delay_us", TE_KEY_LOADABLE, 0, 1000000, offsetof(te_config, delay_us)},
     {"eos_one_in", TE_KEY_LOADABLE, 0, 1000000000, offsetof(te_config, eos_one_in)},
     {"max_sequences", TE_KEY_LOADABLE, 0, 65536, offsetof(te_config, max_sequences)},
+    {"device_mb", TE_KEY_LOADABLE, 0, 1048576, offsetof(te_config, device_mb)},
 };
 
 static void te_config_defaults(te_config *cfg) {

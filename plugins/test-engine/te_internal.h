@@ -19,6 +19,9 @@
  *   delay_us=0         sleep per decoded token (0..1000000), to imitate a slow engine
  *   eos_one_in=100     greedy output ends with probability 1/N per position (0: never)
  *   max_sequences=0    most live sequences (0: no limit); one more is SY_ERR_OUT_OF_MEMORY
+ *   device_mb=0        accelerator memory memory_usage and the estimate report (0..1048576; nothing is allocated):
+ *                      a host test's stand-in for a GPU engine's device_bytes
+ * It offers "sy.engine.resources/1": the estimate is exact (the tables it allocates are a function of n_vocab).
  * Tokens: 0..255 bytes, 256 <|bos|>, 257 <|endoftext|> (EOS), 258 <|im_start|>, 259 <|im_end|>, 260 <|pad|>,
  * then <|unused_N|>. EOS and <|im_end|> end generation. The fingerprint hashes the file and the settings that
  * change the math (recurrent, eos_one_in).
@@ -75,6 +78,7 @@ typedef struct te_config {
     uint32_t eos_one_in;    /* greedy output ends with probability 1/eos_one_in per position; 0 = never */
     uint32_t max_sequences; /* 0 = no limit */
     uint32_t add_bos;       /* 0 or 1 */
+    uint32_t device_mb;     /* accelerator memory it claims to hold (none is allocated), for the host's budgets */
 } te_config;
 
 /* Defaults, then the file's key=value lines. Returns SY_OK or an error with te_fail()'s message. */
