@@ -253,8 +253,7 @@ int32_t gq_vocab_bos(const gq_vocab *v) { return v->bos; }
 int32_t gq_vocab_eos(const gq_vocab *v) { return v->eos; }
 int32_t gq_vocab_pad(const gq_vocab *v) { return v->pad; }
 bool gq_vocab_add_bos(const gq_vocab *v) { return v->add_bos; }
-static uint64_t vocab_bytes(uint64_t n_vocab, bool spm) { return n_vocab * (spm ? 32 : 64); }
-uint64_t gq_vocab_memory(const gq_vocab *v) { return vocab_bytes(v->n_vocab, v->spm != NULL); }
+uint64_t gq_vocab_memory(const gq_vocab *v) { return v->spm ? (uint64_t)v->n_vocab * 32 : sy_bpe_memory(v->bpe); }
 
 bool gq_vocab_estimate(const sy_gguf *g, uint32_t *n_vocab, uint64_t *bytes, sy_status *status, char *err,
                        size_t err_size) {
@@ -282,7 +281,19 @@ bool gq_vocab_estimate(const sy_gguf *g, uint32_t *n_vocab, uint64_t *bytes, sy_
         return false;
     }
     *n_vocab = (uint32_t)n;
-    *bytes = vocab_bytes(n, spm);
+    if (spm) {
+        *bytes = n * 32;
+        return true;
+    }
+    uint64_t text = 0, n_merges = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *s;
+        size_t slen;
+        if (sy_gguf_array_string(g, (uint64_t)k, i, &s, &slen)) text += slen;
+    }
+    int64_t km = sy_gguf_find_key(g, "tokenizer.ggml.merges");
+    if (km >= 0 && !sy_gguf_kv_array(g, (uint64_t)km, &et, &n_merges)) n_merges = 0;
+    *bytes = sy_bpe_memory_estimate(n, n_merges, text);
     return true;
 }
 

@@ -32,6 +32,7 @@
 #include "hf_config.h"
 #include "hf_vocab.h"
 #include "safetensors.h"
+#include "tokenizer_bpe.h"
 #include "transformer_lfm2.h"
 
 #define PLUGIN_NAME "qwen-cpu-mmap"
@@ -423,11 +424,15 @@ static sy_status qm_estimate(const char *path, const sy_option *options, size_t 
     st = core_config(&h, &fmt, &cfg);
     if (st == SY_OK && opt.backend == SY_CPU_BACKEND_REFERENCE && cfg.arch->short_conv)
         st = sy_cpu_fail(SY_ERR_UNSUPPORTED, "backend reference does not run %s (no short convolution)", h.model_type);
-    /* the vocabulary counts its tokenizer.json's size (hf_vocab.c); a missing one fails the load, not this */
+    /* The tokenizer as sy_bpe_memory will count it, without parsing tokenizer.json: about one merge per token and
+     * token text of a quarter of the file (it holds each token in the vocabulary and again in merges, quoted).
+     * Small tokenizers are their tables' first size, exactly; large ones within a few percent of the total. A
+     * missing file fails the load, not this. */
     uint64_t vocab_bytes = 0;
     char *tok_path = st == SY_OK ? qm_path_in(path, "tokenizer.json") : NULL;
     struct stat sb;
-    if (tok_path && stat(tok_path, &sb) == 0 && S_ISREG(sb.st_mode)) vocab_bytes = (uint64_t)sb.st_size;
+    if (tok_path && stat(tok_path, &sb) == 0 && S_ISREG(sb.st_mode))
+        vocab_bytes = sy_bpe_memory_estimate(h.vocab_size, h.vocab_size, (uint64_t)sb.st_size / 4);
     free(tok_path);
     if (st == SY_OK) {
         fmt.st = sy_safetensors_open(path, err, sizeof err);
