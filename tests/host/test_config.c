@@ -75,6 +75,7 @@ static void test_full_config(void **state) {
                            "resume_no_host_cache = on\n"
                            "slot_save_path = /var/slots\n"
                            "max_memory = 8G\n"
+                           "max_device_memory = 80G\n"
                            "api_keys = key-one, key-two\n"
                            "log_level = debug\n"
                            "max_connections = 16\n"
@@ -128,6 +129,7 @@ static void test_full_config(void **state) {
     assert_true(h->resume_no_host_cache);
     assert_string_equal(h->slot_save_path, "/var/slots");
     assert_int_equal(h->max_memory, (uint64_t)8 << 30);
+    assert_int_equal(h->max_device_memory, (uint64_t)80 << 30);
     assert_int_equal(h->api_keys.count, 2);
     assert_string_equal(h->api_keys.items[0], "key-one");
     assert_string_equal(h->api_keys.items[1], "key-two");
@@ -204,6 +206,7 @@ static void test_defaults(void **state) {
     assert_false(cfg->host.resume);
     assert_false(cfg->host.log_level_set);
     assert_int_equal(cfg->host.max_memory, 0);
+    assert_int_equal(cfg->host.max_device_memory, 0);
     assert_int_equal(cfg->host.api_keys.count, 0);
     assert_int_equal(cfg->host.http_threads, 4);
     assert_int_equal(cfg->host.max_connections, 256);
