@@ -75,7 +75,6 @@ static void test_full_config(void **state) {
                            "resume_no_host_cache = on\n"
                            "slot_save_path = /var/slots\n"
                            "max_memory = 8G\n"
-                           "max_device_memory = 80G\n"
                            "api_keys = key-one, key-two\n"
                            "log_level = debug\n"
                            "max_connections = 16\n"
@@ -129,7 +128,6 @@ static void test_full_config(void **state) {
     assert_true(h->resume_no_host_cache);
     assert_string_equal(h->slot_save_path, "/var/slots");
     assert_int_equal(h->max_memory, (uint64_t)8 << 30);
-    assert_int_equal(h->max_device_memory, (uint64_t)80 << 30);
     assert_int_equal(h->api_keys.count, 2);
     assert_string_equal(h->api_keys.items[0], "key-one");
     assert_string_equal(h->api_keys.items[1], "key-two");
@@ -323,6 +321,14 @@ static void test_units(void **state) {
     sy_config_free(cfg);
     cfg = parse("[host]\nmax_request_body = 100\n");
     assert_single_error(cfg, "cfg.ini:2: [host] max_request_body: '100' is out of range (1K..1G bytes)");
+    sy_config_free(cfg);
+    cfg = parse("[host]\nmax_device_memory = 80G\n");
+    assert_true(sy_config_ok(cfg));
+    assert_int_equal(cfg->host.max_device_memory, (uint64_t)80 << 30);
+    assert_int_equal(cfg->host.max_memory, 0); /* a budget of its own */
+    sy_config_free(cfg);
+    cfg = parse("[host]\nmax_device_memory = 2048T\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] max_device_memory: '2048T' is out of range (0..1024T bytes)");
     sy_config_free(cfg);
     cfg = parse("[host]\nmax_memory = 2048T\n");
     assert_single_error(cfg, "cfg.ini:2: [host] max_memory: '2048T' is out of range (0..1024T bytes)");
