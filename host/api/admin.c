@@ -80,6 +80,7 @@ void sy_api_running(sy_http_request *r) {
         cJSON_AddNumberToObject(o, "ttl", (double)st[i].ttl_in_effect_s); /* a keep_alive's, else the config's */
         cJSON_AddNumberToObject(o, "idle_seconds", st[i].idle_seconds);
         cJSON_AddNumberToObject(o, "memory_bytes", (double)st[i].memory_bytes);
+        cJSON_AddNumberToObject(o, "device_bytes", (double)st[i].device_bytes);
         cJSON_AddNumberToObject(o, "slots_busy", st[i].sched.slots_busy);
         cJSON_AddNumberToObject(o, "queue_depth", st[i].sched.queue_depth);
         cJSON_AddItemToArray(running, o);

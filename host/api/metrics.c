@@ -186,6 +186,7 @@ static const char *state_name(sy_model_state s) {
 
 typedef uint64_t (*model_value_fn)(const sy_model_status *st);
 static uint64_t v_memory(const sy_model_status *st) { return st->memory_bytes; }
+static uint64_t v_device_memory(const sy_model_status *st) { return st->device_bytes; }
 static uint64_t v_slots(const sy_model_status *st) { return st->sched.slots_busy; }
 static uint64_t v_queue(const sy_model_status *st) { return st->sched.queue_depth; }
 static uint64_t v_parked_sequences(const sy_model_status *st) { return st->sched.parked_sequences; }
@@ -300,6 +301,9 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         }
         render_model_gauge(&b, "switchyard_model_memory_bytes", "Memory a loaded model holds (0 when unloaded).",
                            models, n_models, v_memory);
+        render_model_gauge(&b, "switchyard_model_device_memory_bytes",
+                           "Accelerator memory a loaded model holds (0 when unloaded or on the CPU).", models, n_models,
+                           v_device_memory);
         render_model_gauge(&b, "switchyard_slots_busy", "Slots generating now.", models, n_models, v_slots);
         render_model_gauge(&b, "switchyard_queue_depth", "Requests waiting for a free slot.", models, n_models,
                            v_queue);

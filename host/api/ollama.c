@@ -586,7 +586,7 @@ void sy_api_ollama_ps(sy_http_request *r) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", cm->name);
         cJSON_AddStringToObject(o, "model", cm->name);
-        cJSON_AddNumberToObject(o, "size", (double)st.memory_bytes);
+        cJSON_AddNumberToObject(o, "size", (double)(st.memory_bytes + st.device_bytes));
         cJSON_AddStringToObject(o, "digest", f.digest);
         cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
         char expires[48];
@@ -599,7 +599,7 @@ void sy_api_ollama_ps(sy_http_request *r) {
             rfc3339(expires, sizeof expires, ts.tv_sec + (time_t)(left > 0 ? left : 0), 0);
         }
         cJSON_AddStringToObject(o, "expires_at", expires);
-        cJSON_AddNumberToObject(o, "size_vram", 0);
+        cJSON_AddNumberToObject(o, "size_vram", (double)st.device_bytes);
         cJSON_AddItemToArray(models, o);
     }
     sy_api_config_release(srv, cfg);

@@ -66,6 +66,7 @@ static const key_spec host_keys[] = {
     {"resume_no_host_cache", V_BOOL, HOST_FIELD(resume_no_host_cache), 0, 0},
     {"slot_save_path", V_PATH, HOST_FIELD(slot_save_path), 0, 0},
     {"max_memory", V_SIZE, HOST_FIELD(max_memory), 0, (uint64_t)1 << 50},
+    {"max_device_memory", V_SIZE, HOST_FIELD(max_device_memory), 0, (uint64_t)1 << 50},
     {"api_keys", V_KEY_LIST, HOST_FIELD(api_keys), 0, 0},
     {"log_level", V_LOG_LEVEL, HOST_FIELD(log_level), 0, 0},
     {"http_threads", V_U32, HOST_FIELD(http_threads), 1, 256}, /* deprecated: warned about, ignored */

@@ -56,6 +56,7 @@ typedef struct sy_config_host {
     bool resume_no_host_cache; /* restore into the slots only, not into the host prefix cache */
     char *slot_save_path;      /* NULL: the slot save/restore API is off */
     uint64_t max_memory;       /* bytes all loaded models may use together; 0: no limit */
+    uint64_t max_device_memory; /* accelerator bytes all loaded models may use together; 0: no limit */
     sy_config_list api_keys;   /* empty: no authentication */
     sy_log_level log_level;    /* meaningful only when log_level_set */
     bool log_level_set;

@@ -67,8 +67,10 @@ typedef struct mm_model {
     /* A keep_alive override of ttl_s for the current load (sy_model_manager_set_ttl); an unload ends it. */
     bool ttl_override_set;
     int64_t ttl_override_s; /* < 0: never unload when idle; 0: as soon as idle; else seconds */
-    uint64_t memory_bytes; /* last measured; after an unload, the estimate for the next load */
+    uint64_t memory_bytes; /* host bytes last measured; after an unload, the estimate for the next load */
+    uint64_t device_bytes; /* the same for accelerator memory */
     bool measured;
+    bool estimated;        /* not measured yet: the two above are the engine's estimate */
     uint64_t load_failures;
     uint64_t unload_count; /* unloads done, so a waiter can tell "it went" even if it is loading again */
     bool snapshots_saved;  /* this process saved its KV at an unload: its next load restores them */
@@ -96,7 +98,7 @@ struct sy_model_manager {
     size_t n_retired, cap_retired;
     mm_group *groups;
     size_t n_groups;
-    uint64_t max_memory;
+    uint64_t max_memory, max_device_memory;
     uint32_t load_timeout_s;
     bool loader_busy;
     bool destroying;
@@ -321,38 +323,56 @@ static uint64_t path_bytes(const char *path) {
     return total;
 }
 
-/* Measures a loaded model through the engine (1.1 plugins), else estimates it by its files. */
-static uint64_t measure_loaded(const sy_loaded_model *lm, const char *path) {
+/* Host and device bytes of a model. */
+typedef struct mm_bytes {
+    uint64_t host, device;
+} mm_bytes;
+
+/* Measures a loaded model through the engine (1.1 plugins), else estimates it by its files (as host memory). */
+static mm_bytes measure_loaded(const sy_loaded_model *lm, const char *path) {
     const sy_engine_api *e = lm->engine;
     if (lm->model != NULL && SY_HAS_FIELD(e, sy_engine_api, memory_usage) && e->memory_usage != NULL) {
         sy_memory_usage u;
         memset(&u, 0, sizeof u);
         u.struct_size = sizeof u;
-        if (e->memory_usage(lm->model, &u) == SY_OK) return u.mapped_bytes + u.resident_bytes + u.device_bytes;
+        if (e->memory_usage(lm->model, &u) == SY_OK) return (mm_bytes){u.mapped_bytes + u.resident_bytes, u.device_bytes};
     }
-    return path_bytes(path);
+    return (mm_bytes){path_bytes(path), 0};
 }
 
-/* The model and, when it has one, its private draft model. */
-static uint64_t measure(const mm_model *m) {
-    uint64_t bytes = measure_loaded(&m->lm, m->path);
-    if (m->draft_lm.model != NULL) bytes += measure_loaded(&m->draft_lm, NULL);
-    return bytes;
+/* The model and, when it has one, its private draft model; stored as its latest measurement. */
+static void measure(mm_model *m) {
+    mm_bytes b = measure_loaded(&m->lm, m->path);
+    if (m->draft_lm.model != NULL) {
+        mm_bytes d = measure_loaded(&m->draft_lm, NULL);
+        b.host += d.host, b.device += d.device;
+    }
+    m->memory_bytes = b.host;
+    m->device_bytes = b.device;
+    m->measured = true;
 }
 
 /* Memory of every loaded model but `except`, refreshing the measurements of ready ones. */
-static uint64_t memory_in_use(sy_model_manager *mm, const mm_model *except) {
-    uint64_t used = 0;
+static mm_bytes memory_in_use(sy_model_manager *mm, const mm_model *except) {
+    mm_bytes used = {0, 0};
     for (size_t i = 0; i < n_entries(mm); i++) {
         mm_model *x = entry_at(mm, i);
         if (x == except || x->state == SY_MODEL_UNLOADED) continue;
-        if (x->state == SY_MODEL_READY || (x->state == SY_MODEL_UNLOADING && x->unload_pending)) {
-            x->memory_bytes = measure(x);
-            x->measured = true;
-        }
-        used += x->memory_bytes;
+        if (x->state == SY_MODEL_READY || (x->state == SY_MODEL_UNLOADING && x->unload_pending)) measure(x);
+        used.host += x->memory_bytes;
+        used.device += x->device_bytes;
     }
     return used;
+}
+
+/* What loading m will take before it was ever measured: the engine's estimate when its plugin offers one, else
+ * its files' size as host memory. Called without the lock (it reads the model's headers); m is LOADING and ours,
+ * so its config copies stay. */
+static mm_bytes estimate_load(const sy_model_manager *mm, const mm_model *m, bool *from_engine) {
+    sy_resource_estimate e;
+    *from_engine = sy_loaded_model_estimate(mm->reg, m->plugin, m->path, m->options, m->n_options, &e) == 0;
+    if (*from_engine) return (mm_bytes){e.mapped_bytes + e.resident_bytes, e.device_bytes};
+    return (mm_bytes){path_bytes(m->path), 0};
 }
 
 /* READY -> UNLOADING: it takes no new leases; the unload happens once the last one is gone. */
@@ -427,13 +447,15 @@ static bool conflicts(const sy_model_manager *mm, const mm_model *m, const mm_mo
     return gm.exclusive && !group_rules(mm, x->group).persistent;
 }
 
-/* The least recently used idle ready model other than m, non-persistent ones first; NULL if none. */
-static mm_model *lru_idle(sy_model_manager *mm, const mm_model *m) {
+/* The least recently used idle ready model other than m, non-persistent ones first; NULL if none. With `device`,
+ * only models that hold accelerator memory (unloading the others would not help that budget). */
+static mm_model *lru_idle(sy_model_manager *mm, const mm_model *m, bool device) {
     mm_model *best = NULL;
     bool best_persistent = true;
     for (size_t i = 0; i < n_entries(mm); i++) {
         mm_model *x = entry_at(mm, i);
         if (x == m || x->state != SY_MODEL_READY || x->leases != 0) continue;
+        if (device && x->device_bytes == 0) continue;
         bool persistent = group_rules(mm, x->group).persistent;
         if (best == NULL || (best_persistent && !persistent) ||
             (persistent == best_persistent && x->last_used < best->last_used)) {
@@ -482,27 +504,40 @@ static int make_room(sy_model_manager *mm, mm_model *m, double deadline, char *e
             }
         }
         if (unloaded) continue;
-        if (!must_wait && mm->max_memory != 0) {
-            uint64_t need = m->measured ? m->memory_bytes : path_bytes(m->path);
-            if (need > mm->max_memory) {
-                snprintf(err, err_size, "model %s needs about %llu bytes, more than max_memory (%llu bytes)",
-                         m->name, (unsigned long long)need, (unsigned long long)mm->max_memory);
-                return -1;
-            }
-            uint64_t used = memory_in_use(mm, m);
-            if (used + need > mm->max_memory) {
-                mm_model *victim = lru_idle(mm, m);
-                if (victim != NULL) {
-                    sy_log(SY_LOG_INFO, "unloading %s to load %s (max_memory: %llu + %llu > %llu bytes)",
-                           victim->name, m->name, (unsigned long long)used, (unsigned long long)need,
-                           (unsigned long long)mm->max_memory);
-                    request_unload(victim, true);
-                    if (try_claim_unload(victim)) perform_unload(mm, victim);
-                    continue;
+        if (!must_wait && (mm->max_memory != 0 || mm->max_device_memory != 0)) {
+            /* Host and device memory are two budgets: each need counts against its own only. */
+            const struct {
+                const char *key;
+                uint64_t max, need;
+                bool device;
+            } budgets[2] = {{"max_memory", mm->max_memory, m->memory_bytes, false},
+                            {"max_device_memory", mm->max_device_memory, m->device_bytes, true}};
+            for (int k = 0; k < 2; k++)
+                if (budgets[k].max != 0 && budgets[k].need > budgets[k].max) {
+                    snprintf(err, err_size, "model %s needs about %llu bytes, more than %s (%llu bytes)", m->name,
+                             (unsigned long long)budgets[k].need, budgets[k].key, (unsigned long long)budgets[k].max);
+                    return -1;
                 }
-                /* Only busy models are left: wait for one of them to become idle. */
-                must_wait = true;
+            mm_bytes used = memory_in_use(mm, m);
+            bool evicted = false;
+            for (int k = 0; k < 2 && !evicted && !must_wait; k++) {
+                uint64_t in_use = budgets[k].device ? used.device : used.host;
+                if (budgets[k].max == 0 || in_use + budgets[k].need <= budgets[k].max) continue;
+                mm_model *victim = lru_idle(mm, m, budgets[k].device);
+                if (victim == NULL) {
+                    must_wait = true; /* only busy models are left: wait for one of them to become idle */
+                    break;
+                }
+                sy_log(SY_LOG_INFO, "unloading %s to load %s (%s: %llu + %llu > %llu bytes%s)", victim->name, m->name,
+                       budgets[k].key, (unsigned long long)in_use, (unsigned long long)budgets[k].need,
+                       (unsigned long long)budgets[k].max,
+                       m->measured ? "" : m->estimated ? ", the engine's estimate" : ", its files' size");
+                request_unload(victim, true);
+                mm->counters.budget_unloads++;
+                if (try_claim_unload(victim)) perform_unload(mm, victim);
+                evicted = true;
             }
+            if (evicted) continue;
         }
         if (!must_wait) return 0;
         if (!wait_change(mm, deadline)) {
@@ -514,20 +549,24 @@ static int make_room(sy_model_manager *mm, mm_model *m, double deadline, char *e
     }
 }
 
-/* After a load: measured usage may exceed the estimate; unload idle models until it fits again. Lock held. */
+/* After a load: measured usage may exceed the estimate; unload idle models until both budgets fit again. Lock
+ * held. */
 static void enforce_budget(sy_model_manager *mm, mm_model *loaded) {
-    if (mm->max_memory == 0) return;
     for (;;) {
-        uint64_t used = memory_in_use(mm, NULL);
-        if (used <= mm->max_memory) return;
-        mm_model *victim = lru_idle(mm, loaded);
+        if (mm->max_memory == 0 && mm->max_device_memory == 0) return;
+        mm_bytes used = memory_in_use(mm, NULL);
+        bool device = mm->max_device_memory != 0 && used.device > mm->max_device_memory;
+        if (!device && (mm->max_memory == 0 || used.host <= mm->max_memory)) return;
+        const char *key = device ? "max_device_memory" : "max_memory";
+        uint64_t in_use = device ? used.device : used.host, max = device ? mm->max_device_memory : mm->max_memory;
+        mm_model *victim = lru_idle(mm, loaded, device);
         if (victim == NULL) {
-            sy_log(SY_LOG_WARN, "loaded models use %llu bytes, more than max_memory (%llu bytes)",
-                   (unsigned long long)used, (unsigned long long)mm->max_memory);
+            sy_log(SY_LOG_WARN, "loaded models use %llu bytes, more than %s (%llu bytes)", (unsigned long long)in_use,
+                   key, (unsigned long long)max);
             return;
         }
-        sy_log(SY_LOG_INFO, "unloading %s (max_memory: %llu > %llu bytes)", victim->name,
-               (unsigned long long)used, (unsigned long long)mm->max_memory);
+        sy_log(SY_LOG_INFO, "unloading %s (%s: %llu > %llu bytes)", victim->name, key, (unsigned long long)in_use,
+               (unsigned long long)max);
         request_unload(victim, true);
         if (try_claim_unload(victim)) perform_unload(mm, victim);
     }
@@ -551,6 +590,7 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     for (size_t i = 0; i < cfg->n_models; i++) mm->models[i] = model_from_config(&cfg->models[i]);
     mm->groups = groups_from_config(cfg, &mm->n_groups);
     mm->max_memory = cfg->host.max_memory;
+    mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
     mm->resume_path = dup_or_null(cfg->host.resume_path);
     mm->resume = cfg->host.resume;
@@ -790,12 +830,12 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
         return -1;
     }
     m->sched = sched;
-    m->memory_bytes = measure(m);
-    m->measured = true;
+    measure(m);
+    m->estimated = false;
     mm->counters.loads++;
     mm->counters.load_seconds_total += seconds;
-    sy_log(SY_LOG_INFO, "model %s loaded in %.3f s (%s, %llu bytes)", m->name, seconds,
-           m->lm.plugin->entry->name, (unsigned long long)m->memory_bytes);
+    sy_log(SY_LOG_INFO, "model %s loaded in %.3f s (%s, %llu bytes, %llu on the device)", m->name, seconds,
+           m->lm.plugin->entry->name, (unsigned long long)m->memory_bytes, (unsigned long long)m->device_bytes);
     return 0;
 }
 
@@ -860,6 +900,18 @@ sy_model_lease *sy_model_manager_acquire(sy_model_manager *mm, const char *name_
     m->state = SY_MODEL_LOADING;
     pthread_cond_broadcast(&mm->changed);
     char why[512] = "";
+    if (!m->measured && (mm->max_memory != 0 || mm->max_device_memory != 0)) {
+        m->pins++;
+        pthread_mutex_unlock(&mm->lock);
+        bool from_engine;
+        mm_bytes need = estimate_load(mm, m, &from_engine);
+        pthread_mutex_lock(&mm->lock);
+        m->pins--;
+        m->memory_bytes = need.host;
+        m->device_bytes = need.device;
+        m->estimated = from_engine;
+        if (from_engine) mm->counters.estimated_loads++;
+    }
     int rc = make_room(mm, m, deadline, why, sizeof why);
     if (rc == 0) rc = load_model(mm, m, why, sizeof why);
     mm->loader_busy = false;
@@ -1077,6 +1129,7 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     mm->groups = groups;
     mm->n_groups = n_groups;
     mm->max_memory = cfg->host.max_memory;
+    mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
     free(mm->resume_path);
     mm->resume_path = dup_or_null(cfg->host.resume_path);
@@ -1110,12 +1163,14 @@ size_t sy_model_manager_status(sy_model_manager *mm, sy_model_status *out, size_
         st->ttl_s = m->ttl_s;
         st->ttl_in_effect_s = effective_ttl(m);
         if (m->state == SY_MODEL_READY) {
-            m->memory_bytes = measure(m);
+            measure(m);
             st->memory_bytes = m->memory_bytes;
+            st->device_bytes = m->device_bytes;
             st->idle_seconds = m->leases ? 0 : now - m->last_used;
             sy_scheduler_get_stats(m->sched, &st->sched);
         } else if (m->state == SY_MODEL_UNLOADING) {
             st->memory_bytes = m->memory_bytes;
+            st->device_bytes = m->device_bytes;
             if (m->sched != NULL) sy_scheduler_get_stats(m->sched, &st->sched);
         }
     }

@@ -4,7 +4,9 @@
  * A request names a model (or an alias); acquire() returns a lease on it once it is loaded, loading it first if
  * needed. Loading a model applies its group's rules: in a `swap` group the other loaded members are unloaded
  * first; an `exclusive` group unloads every model of the other groups (except `persistent` ones). With
- * max_memory set, a load that would pass the budget first unloads the least recently used idle models.
+ * max_memory set, a load that would pass the budget first unloads the least recently used idle models; the load's
+ * size is its last measurement, else the engine's estimate ("sy.engine.resources/1"), else its files' size.
+ * max_device_memory does the same with accelerator memory alone (device bytes never count against max_memory).
  * Models are unloaded only when no lease is held on them (in-flight requests finish first). Requests for a model
  * that is loading wait for it (bounded by load_timeout_s, then 503); a request is never served by another model.
  *
@@ -81,7 +83,8 @@ typedef struct sy_model_status {
     const char *plugin;
     const char *path;
     sy_model_state state;
-    uint64_t memory_bytes;   /* measured through the engine's memory_usage when loaded */
+    uint64_t memory_bytes;   /* host memory (mapped + resident), measured through the engine's memory_usage */
+    uint64_t device_bytes;   /* accelerator memory, likewise */
     double idle_seconds;
     uint32_t ttl_s;          /* configured; 0: never */
     int64_t ttl_in_effect_s; /* the idle seconds before an unload now (ttl_s or a keep_alive override); -1: never */
@@ -95,6 +98,8 @@ typedef struct sy_model_manager_counters {
     uint64_t loads;
     uint64_t load_failures;
     uint64_t swaps;          /* unloads caused by loading another model */
+    uint64_t estimated_loads; /* loads planned with the engine's estimate ("sy.engine.resources/1") */
+    uint64_t budget_unloads;  /* unloads for max_memory / max_device_memory before a load (also in swaps) */
     uint64_t unloads;
     double load_seconds_total;
 } sy_model_manager_counters;

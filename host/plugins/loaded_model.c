@@ -84,6 +84,42 @@ int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name,
     return -1;
 }
 
+static int estimate_with(const sy_plugin *p, const char *path, const sy_option *options, size_t n_options,
+                         sy_resource_estimate *out) {
+    const sy_engine_resources_api *r = p->entry->get_interface ? p->entry->get_interface(SY_ENGINE_RESOURCES_INTERFACE_ID)
+                                                               : NULL;
+    if (r == NULL || !SY_HAS_FIELD(r, sy_engine_resources_api, estimate) || r->estimate == NULL) return -1;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    sy_status st = r->estimate(path, options, n_options, out);
+    if (st != SY_OK) {
+        sy_log(SY_LOG_DEBUG, "%s: no estimate for %s: %s", p->entry->name, path, p->engine->error_message());
+        return -1;
+    }
+    return 0;
+}
+
+int sy_loaded_model_estimate(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                             const sy_option *options, size_t n_options, sy_resource_estimate *out) {
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) return -1;
+    if (plugin_name != NULL) {
+        const sy_plugin *p = sy_plugin_registry_need(reg, plugin_name);
+        if (p == NULL || p->engine == NULL) return -1;
+        return estimate_with(p, path, options, n_options, out);
+    }
+    /* the engine the load will pick: the first whose probe accepts the path (as sy_loaded_model_open) */
+    size_t i = 0;
+    do {
+        for (; i < reg->n_plugins; i++) {
+            const sy_plugin *p = &reg->plugins[i];
+            if (p->engine != NULL && p->engine->probe(path) == SY_OK)
+                return estimate_with(p, path, options, n_options, out);
+        }
+    } while (sy_plugin_registry_load_next(reg));
+    return -1;
+}
+
 void sy_loaded_model_close(sy_loaded_model *lm) {
     if (lm->model != NULL) lm->engine->unload(lm->model);
     memset(lm, 0, sizeof *lm);

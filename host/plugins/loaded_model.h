@@ -23,6 +23,12 @@ int sy_loaded_model_open(const sy_plugin_registry *reg, const char *plugin_name,
                          size_t err_size);
 void sy_loaded_model_close(sy_loaded_model *lm);
 
+/* What sy_loaded_model_open with the same arguments would take, from the engine's "sy.engine.resources/1" (the
+ * plugin named, else the first whose probe accepts path), before loading. 0 with *out filled; -1 when that
+ * plugin offers no estimate, none accepts the path, or the estimate fails (the caller then plans another way). */
+int sy_loaded_model_estimate(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                             const sy_option *options, size_t n_options, sy_resource_estimate *out);
+
 /* Tokenize with the plugin's buffer protocol; returns a malloc'd array (count in *n) or NULL with err set. */
 int32_t *sy_loaded_model_tokenize(const sy_loaded_model *lm, const char *text, size_t len, uint32_t flags,
                                   size_t *n, char *err, size_t err_size);

@@ -142,6 +142,7 @@ sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_w
     }
     m->tf = sy_tf_create(cfg, w, n_ctx, opt->threads, err, sizeof err);
     if (m->tf == NULL) return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    sy_tf_prefault(m->tf);
     if (opt->kv_cache_dir) {
         uint64_t max_tokens = opt->kv_max_tokens ? opt->kv_max_tokens : 4ull * n_ctx;
         if (max_tokens > SY_KV_MAX_TOKENS) max_tokens = SY_KV_MAX_TOKENS;
@@ -154,6 +155,40 @@ sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_w
                    opt->kv_cache_dir, sy_kv_cache_file_path(m->kv_cache, 0, 0), (unsigned long long)max_tokens,
                    opt->kv_buffer_mb);
     }
+    return SY_OK;
+}
+
+sy_status sy_cpu_estimate(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx_train,
+                          const sy_cpu_options *opt, uint64_t mapped_bytes, uint64_t vocab_bytes,
+                          sy_resource_estimate *out) {
+    if (out == NULL || out->struct_size < sizeof(uint32_t))
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "estimate: bad arguments");
+    char err[400];
+    uint32_t n_ctx = opt->ctx_size ? opt->ctx_size : (n_ctx_train ? n_ctx_train : 4096);
+    /* The backend is built as the load builds it, on one thread and without its scratch written: that reads the
+     * norm vectors (a few KB) and reserves address space, and counts exactly what the load will allocate. */
+    sy_tf_memory_info tm = {0};
+    if (opt->backend == SY_CPU_BACKEND_REFERENCE) {
+        sy_ref_model *ref = sy_ref_create(cfg, w, n_ctx, err, sizeof err);
+        if (ref == NULL) return sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+        sy_ref_memory(ref, &tm);
+        sy_ref_destroy(ref);
+    } else {
+        sy_tf_model *tf = sy_tf_create(cfg, w, n_ctx, 1, err, sizeof err);
+        if (tf == NULL)
+            return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+        sy_tf_memory(tf, &tm);
+        if (opt->kv_cache_dir) /* its files stay empty until a sequence holds positions */
+            tm.resident_bytes += sy_kv_cache_resident_at_create((uint32_t)sy_tf_kv_dim(tf), opt->threads);
+        sy_tf_destroy(tf);
+    }
+    sy_resource_estimate e = {
+        .struct_size = out->struct_size,
+        .mapped_bytes = mapped_bytes + tm.mapped_bytes,
+        .resident_bytes = tm.resident_bytes + vocab_bytes,
+        .device_bytes = 0,
+    };
+    memcpy(out, &e, out->struct_size < sizeof e ? out->struct_size : sizeof e);
     return SY_OK;
 }
 

@@ -118,6 +118,13 @@ sy_model *sy_cpu_model_new(void);
  * model's n_ctx_train (or 4096 when that is 0). Message without the path on failure. */
 sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_weights *w,
                              const sy_cpu_options *opt);
+/* "sy.engine.resources/1" for a plugin that has bound cfg and w from its files' headers (the weights' data
+ * pointers into its mappings): what sy_cpu_model_start with opt, the plugin's mapped_bytes and its vocabulary of
+ * vocab_bytes (as its vocab_ops->memory will count it) will hold right after the load. n_ctx_train as in
+ * sy_model.n_ctx_train. */
+sy_status sy_cpu_estimate(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx_train,
+                          const sy_cpu_options *opt, uint64_t mapped_bytes, uint64_t vocab_bytes,
+                          sy_resource_estimate *out);
 /* Finishes a fingerprint: the XXH3-128 digest of h as 32 hex digits in m->fingerprint ("unknown" when h is NULL,
  * i.e. its allocation failed); frees h. */
 void sy_cpu_model_set_fingerprint(sy_model *m, XXH3_state_t *h);

@@ -551,6 +551,10 @@ void sy_kv_cache_memory(const sy_kv_cache *c, sy_tf_memory_info *out) {
                            atomic_load(&m->table_bytes);
 }
 
+uint64_t sy_kv_cache_resident_at_create(uint32_t kv_dim, uint32_t n_threads) {
+    return (uint64_t)n_threads * 2 * SY_KV_GROUP * kv_dim * sizeof(float); /* as sy_kv_cache_memory counts it */
+}
+
 void sy_kv_cache_stats_get(const sy_kv_cache *c, sy_kv_cache_stats *out) {
     sy_kv_cache *m = (sy_kv_cache *)c;
     out->groups_in_use = (uint32_t)atomic_load(&m->groups_in_use);

@@ -53,6 +53,9 @@ const sy_tf_kv_store_ops *sy_kv_cache_ops(void);
 /* Adds to *out: kv_bytes (groups held by sequences, K and V of every layer), mapped_bytes (the files' allocated
  * size) and resident_bytes (tile buffer, scratch, page tables). any-thread. */
 void sy_kv_cache_memory(const sy_kv_cache *c, sy_tf_memory_info *out);
+/* What sy_kv_cache_memory reports for a cache just created with these dimensions (no group in a file yet, no
+ * tile used): the per-thread scratch. For estimates before a load. */
+uint64_t sy_kv_cache_resident_at_create(uint32_t kv_dim, uint32_t n_threads);
 
 typedef struct sy_kv_cache_stats {
     uint32_t groups_in_use; /* held by at least one sequence */

@@ -3910,3 +3910,35 @@ bool sy_tokenizer_config_load(const char *path, sy_tokenizer_config *out, char *
         sy_errmsg(err, err_size, "%s: %s", path, inner);
     return ok;
 }
+
+/* ---- memory, for the engines' budgets ---- */
+
+uint64_t sy_bpe_memory(const sy_bpe *t) {
+    if (t == NULL)
+        return 0;
+    uint64_t b = sizeof *t;
+    b += (uint64_t)(t->vocab.mask + 1 + t->added_ix.mask + 1) * sizeof(id_slot);
+    b += (uint64_t)(t->merges.mask + 1) * sizeof(merge_slot);
+    b += (uint64_t)t->ids_cap * (sizeof *t->kind + sizeof *t->flags + sizeof *t->text.off + sizeof *t->text.len);
+    b += t->text.arena_cap + ((uint64_t)t->n_vocab + 1) * sizeof *t->bytes_off;
+    if (t->bytes != NULL)
+        b += t->bytes_off[t->n_vocab];
+    b += (uint64_t)t->merge_list_cap * 2 * sizeof(int32_t);
+    return b;
+}
+
+/* The capacity id_table_reserve / merge tables reach for n entries from the builder's first size. */
+static uint64_t table_capacity(uint64_t n) {
+    uint64_t cap = 1u << 16;
+    while (n * 4 > cap * 3 && cap <= ((uint64_t)1 << 30))
+        cap *= 2;
+    return cap;
+}
+
+uint64_t sy_bpe_memory_estimate(uint64_t n_vocab, uint64_t n_merges, uint64_t text_bytes) {
+    /* what sy_bpe_memory will count: the hash tables dominate small tokenizers, the per-id arrays and the two
+     * copies of the token text (byte-level and decoded) large ones */
+    return sizeof(sy_bpe) + (table_capacity(n_vocab) + 64) * sizeof(id_slot) +
+           table_capacity(n_merges) * sizeof(merge_slot) + n_vocab * (1 + 4 + 4 + 4 + 4) + 2 * text_bytes +
+           n_merges * 2 * sizeof(int32_t);
+}

@@ -165,6 +165,10 @@ bool sy_bpe_tokenize(const sy_bpe *t, const char *text, size_t len, uint32_t fla
 
 /* Rows of the embedding: one more than the largest id. Ids in between that name no token are unused. */
 uint32_t sy_bpe_n_vocab(const sy_bpe *t);
+/* Bytes the tokenizer holds (its tables and text; the word cache, which fills as it is used, left out), and the
+ * same predicted before building one of n_vocab tokens, n_merges merges and text_bytes of token text. */
+uint64_t sy_bpe_memory(const sy_bpe *t);
+uint64_t sy_bpe_memory_estimate(uint64_t n_vocab, uint64_t n_merges, uint64_t text_bytes);
 /* The bytes a token stands for (a part of a UTF-8 sequence for byte-level tokens; an added token's text). NULL
  * with *len 0 for an id out of range or unused. Valid until sy_bpe_free. */
 const char *sy_bpe_token_bytes(const sy_bpe *t, int32_t id, size_t *len);

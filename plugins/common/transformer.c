@@ -304,6 +304,23 @@ void sy_tf_destroy(sy_tf_model *m) {
     free(m);
 }
 
+void sy_tf_prefault(sy_tf_model *m) {
+    /* Scratch this large is fresh zero pages from calloc; each decode writes some of it, so writing it all now
+     * makes the footprint after the load the one the model serves with (what memory_usage counts, what the
+     * process's RSS shows, what a budget plans with), and a short machine fail here, not in a later decode. */
+    const size_t N = SY_TF_MAX_BATCH;
+    memset(m->x, 0, N * m->cfg.n_embd * sizeof(float));
+    memset(m->xb, 0, N * m->cfg.n_embd * sizeof(float));
+    memset(m->q, 0, N * m->q_dim * sizeof(float));
+    memset(m->att, 0, N * m->q_dim * sizeof(float));
+    memset(m->k, 0, N * m->kv_dim * sizeof(float));
+    memset(m->v, 0, N * m->kv_dim * sizeof(float));
+    memset(m->gate, 0, N * m->cfg.n_ff * sizeof(float));
+    memset(m->up, 0, N * m->cfg.n_ff * sizeof(float));
+    memset(m->logits, 0, (size_t)LOGIT_ROWS * m->cfg.n_vocab * sizeof(float));
+    memset(m->qx, 0, m->qx_bytes);
+}
+
 bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size) {
     /* building is checking: scratch is calloc'd, so a model built and dropped costs little */
     sy_tf_model *m = sy_tf_create(cfg, w, n_ctx, 1, err, err_size);

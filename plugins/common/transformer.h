@@ -43,6 +43,9 @@ typedef struct sy_tf_seq sy_tf_seq;
 sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, uint32_t n_threads,
                           char *err, size_t err_size);
 void sy_tf_destroy(sy_tf_model *m);
+/* Writes the model's scratch once, so that its pages are resident from the load on (sy_tf_create leaves them
+ * untouched: a model built only to be measured or checked costs no more than its address space). */
+void sy_tf_prefault(sy_tf_model *m);
 /* The checks of sy_tf_create alone (for other backends over the same weights: reference_forward.h). */
 bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size);
 

@@ -426,6 +426,41 @@ static void describe_weights(sy_model *m, const sy_gguf *g) {
     sy_cpu_model_set_fingerprint(m, h);
 }
 
+/* The config and weight tables from the header: the tensors' data stay untouched in the mapping. The layer table
+ * goes to f->layers. On failure error_text says why (without the path). */
+static sy_status bind_weights(const sy_gguf *g, const char *arch, uint32_t n_vocab, gq_format *f, sy_tf_config *cfg,
+                              sy_tf_weights *w, uint32_t *n_ctx_train) {
+    if (!read_config(g, arch, cfg, n_ctx_train)) return error_status;
+    memset(w, 0, sizeof *w);
+    char n[64];
+    if (!get_matrix(g, tn(n, SY_TENSOR_TOKEN_EMBD, 0), true, &w->token_embd) ||
+        !get_vector(g, tn(n, SY_TENSOR_OUTPUT_NORM, 0), &w->output_norm) ||
+        !get_matrix(g, tn(n, SY_TENSOR_OUTPUT, 0), false, &w->output) ||
+        !get_vector(g, tn(n, SY_TENSOR_ROPE_FREQS, 0), &w->rope_freq_factors))
+        return error_status;
+    if (w->output.data == NULL) w->output = w->token_embd; /* tied embeddings */
+    /* llama.cpp names lfm2's final norm token_embd_norm (HF: model.embedding_norm, applied after the layers) */
+    if (w->output_norm.data == NULL && cfg->arch->short_conv) {
+        if (!get_vector(g, tn(n, SY_TENSOR_TOKEN_EMBD_NORM, 0), &w->output_norm)) return error_status;
+        if (w->output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor %s is missing", n);
+    }
+    if (w->token_embd.rows != n_vocab)
+        return fail(SY_ERR_FORMAT, "%s has %llu rows but the vocabulary has %u tokens", w->token_embd.name,
+                    (unsigned long long)w->token_embd.rows, n_vocab);
+    cfg->n_vocab = n_vocab;
+    if (cfg->n_layer > 4096) return fail(SY_ERR_FORMAT, "%u layers", cfg->n_layer);
+    f->layers = calloc(cfg->n_layer ? cfg->n_layer : 1, sizeof *f->layers);
+    if (f->layers == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!layer_kinds(g, arch, cfg, f->layers)) return error_status;
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        bool ok = f->layers[l].kind == SY_TF_LAYER_SHORT_CONV ? get_conv_layer(g, l, cfg->conv_kernel, &f->layers[l])
+                                                              : get_layer(g, l, &f->layers[l]);
+        if (!ok) return error_status;
+    }
+    w->layers = f->layers;
+    return SY_OK;
+}
+
 /* Builds the model from the opened file; on failure error_text says why (without the path). */
 static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *opt) {
     const sy_gguf *g = f->gguf;
@@ -449,37 +484,10 @@ static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *op
     m->weights_mapped_bytes = sy_gguf_file_size(g);
 
     sy_tf_config cfg;
-    if (!read_config(g, m->architecture, &cfg, &m->n_ctx_train)) return error_status;
     sy_tf_weights w;
-    memset(&w, 0, sizeof w);
-    char n[64];
-    if (!get_matrix(g, tn(n, SY_TENSOR_TOKEN_EMBD, 0), true, &w.token_embd) ||
-        !get_vector(g, tn(n, SY_TENSOR_OUTPUT_NORM, 0), &w.output_norm) ||
-        !get_matrix(g, tn(n, SY_TENSOR_OUTPUT, 0), false, &w.output) ||
-        !get_vector(g, tn(n, SY_TENSOR_ROPE_FREQS, 0), &w.rope_freq_factors))
-        return error_status;
-    if (w.output.data == NULL) w.output = w.token_embd; /* tied embeddings */
-    /* llama.cpp names lfm2's final norm token_embd_norm (HF: model.embedding_norm, applied after the layers) */
-    if (w.output_norm.data == NULL && cfg.arch->short_conv) {
-        if (!get_vector(g, tn(n, SY_TENSOR_TOKEN_EMBD_NORM, 0), &w.output_norm)) return error_status;
-        if (w.output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor %s is missing", n);
-    }
-    if (w.token_embd.rows != gq_vocab_size(vocab))
-        return fail(SY_ERR_FORMAT, "%s has %llu rows but the vocabulary has %u tokens", w.token_embd.name,
-                    (unsigned long long)w.token_embd.rows, gq_vocab_size(vocab));
-    cfg.n_vocab = gq_vocab_size(vocab);
-    if (cfg.n_layer > 4096) return fail(SY_ERR_FORMAT, "%u layers", cfg.n_layer);
-    f->layers = calloc(cfg.n_layer ? cfg.n_layer : 1, sizeof *f->layers);
-    if (f->layers == NULL) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
-    if (!layer_kinds(g, m->architecture, &cfg, f->layers)) return error_status;
-    for (uint32_t l = 0; l < cfg.n_layer; l++) {
-        bool ok = f->layers[l].kind == SY_TF_LAYER_SHORT_CONV ? get_conv_layer(g, l, cfg.conv_kernel, &f->layers[l])
-                                                              : get_layer(g, l, &f->layers[l]);
-        if (!ok) return error_status;
-    }
-    w.layers = f->layers;
-
-    sy_status st = sy_cpu_model_start(m, &cfg, &w, opt);
+    sy_status st = bind_weights(g, m->architecture, gq_vocab_size(vocab), f, &cfg, &w, &m->n_ctx_train);
+    if (st != SY_OK) return st;
+    st = sy_cpu_model_start(m, &cfg, &w, opt);
     if (st != SY_OK) return st;
     describe_weights(m, g);
     log_msg(SY_LOG_INFO, "%s, %u layers, %s, ctx %u, %u threads", m->architecture, cfg.n_layer, m->weight_dtype,
@@ -517,6 +525,42 @@ static sy_status gq_load(const char *path, const sy_option *options, size_t n_op
     return SY_OK;
 }
 
+/* ---- estimate ("sy.engine.resources/1") ---- */
+
+/* The header, the tokenizer's token count and the norm vectors are read; no weight is. */
+static sy_status gq_estimate(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out) {
+    if (path == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return fail(SY_ERR_INVALID_ARGUMENT, "estimate: bad arguments");
+    sy_cpu_options opt;
+    sy_status st = sy_cpu_options_parse(options, n_options, &opt);
+    if (st != SY_OK) return st;
+    char err[400];
+    gq_format f = {0};
+    f.gguf = sy_gguf_open(path, err, sizeof err);
+    if (f.gguf == NULL) return fail(SY_ERR_FORMAT, "%s", err);
+    char *arch = sy_gguf_dup_string(f.gguf, "general.architecture");
+    uint32_t n_vocab = 0, n_ctx_train = 0;
+    uint64_t vocab_bytes = 0;
+    sy_tf_config cfg;
+    sy_tf_weights w;
+    if (arch == NULL) st = fail(SY_ERR_FORMAT, "metadata key 'general.architecture' is missing");
+    else if (sy_tf_arch_find(arch) == NULL)
+        st = fail(SY_ERR_UNSUPPORTED, "architecture '%s' is not supported by " PLUGIN_NAME, arch);
+    else if (!gq_vocab_estimate(f.gguf, &n_vocab, &vocab_bytes, &st, err, sizeof err)) st = fail(st, "%s", err);
+    else st = bind_weights(f.gguf, arch, n_vocab, &f, &cfg, &w, &n_ctx_train);
+    if (st == SY_OK) st = sy_cpu_estimate(&cfg, &w, n_ctx_train, &opt, sy_gguf_file_size(f.gguf), vocab_bytes, out);
+    if (st != SY_OK) sy_cpu_fail_prefix(path);
+    free(arch);
+    free(f.layers);
+    sy_gguf_close(f.gguf);
+    return st;
+}
+
+static const sy_engine_resources_api resources_api = {
+    .struct_size = sizeof(sy_engine_resources_api),
+    .estimate = gq_estimate,
+};
+
 static const sy_engine_api engine_api = {
     .struct_size = sizeof(sy_engine_api),
     .probe = gq_probe,
@@ -537,6 +581,7 @@ static void gq_deinit(void) {
 static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
+    if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
     return NULL;
 }
 

@@ -253,7 +253,49 @@ int32_t gq_vocab_bos(const gq_vocab *v) { return v->bos; }
 int32_t gq_vocab_eos(const gq_vocab *v) { return v->eos; }
 int32_t gq_vocab_pad(const gq_vocab *v) { return v->pad; }
 bool gq_vocab_add_bos(const gq_vocab *v) { return v->add_bos; }
-uint64_t gq_vocab_memory(const gq_vocab *v) { return (uint64_t)v->n_vocab * (v->spm ? 32 : 64); }
+uint64_t gq_vocab_memory(const gq_vocab *v) { return v->spm ? (uint64_t)v->n_vocab * 32 : sy_bpe_memory(v->bpe); }
+
+bool gq_vocab_estimate(const sy_gguf *g, uint32_t *n_vocab, uint64_t *bytes, sy_status *status, char *err,
+                       size_t err_size) {
+    const char *model;
+    size_t len;
+    *status = SY_ERR_FORMAT;
+    if (sy_gguf_get_string(g, "tokenizer.ggml.model", &model, &len) != 1) {
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.model' is missing");
+        return false;
+    }
+    bool spm = len == 5 && memcmp(model, "llama", 5) == 0;
+    if (!spm && !(len == 4 && memcmp(model, "gpt2", 4) == 0)) {
+        *status = SY_ERR_UNSUPPORTED;
+        sy_errmsg(err, err_size, "tokenizer model '%.*s' is not supported (llama and gpt2 are)",
+                  (int)(len > 32 ? 32 : len), model);
+        return false;
+    }
+    /* Both tokenizers have one id per entry of the tokens array (the bounds are the builders' own). */
+    int64_t k = sy_gguf_find_key(g, "tokenizer.ggml.tokens");
+    sy_gguf_type et;
+    uint64_t n;
+    if (k < 0 || !sy_gguf_kv_array(g, (uint64_t)k, &et, &n) || et != SY_GGUF_STRING || n == 0 ||
+        n > (spm ? (uint64_t)INT32_MAX / 4 : (uint64_t)SY_BPE_MAX_TOKENS)) {
+        sy_errmsg(err, err_size, "metadata key 'tokenizer.ggml.tokens': missing, empty, too long or not strings");
+        return false;
+    }
+    *n_vocab = (uint32_t)n;
+    if (spm) {
+        *bytes = n * 32;
+        return true;
+    }
+    uint64_t text = 0, n_merges = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *s;
+        size_t slen;
+        if (sy_gguf_array_string(g, (uint64_t)k, i, &s, &slen)) text += slen;
+    }
+    int64_t km = sy_gguf_find_key(g, "tokenizer.ggml.merges");
+    if (km >= 0 && !sy_gguf_kv_array(g, (uint64_t)km, &et, &n_merges)) n_merges = 0;
+    *bytes = sy_bpe_memory_estimate(n, n_merges, text);
+    return true;
+}
 
 static bool push_id(sy_bpe_ids *ids, int32_t id) {
     if (ids->n == ids->cap) {

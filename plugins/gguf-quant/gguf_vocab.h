@@ -37,6 +37,10 @@ int32_t gq_vocab_eos(const gq_vocab *v);
 int32_t gq_vocab_pad(const gq_vocab *v);
 bool gq_vocab_add_bos(const gq_vocab *v);
 uint64_t gq_vocab_memory(const gq_vocab *v); /* rough bytes held */
+/* Without building it: the vocabulary's size and what gq_vocab_memory will say once built. false with *status
+ * and err as gq_vocab_from_gguf for a tokenizer it would refuse outright. */
+bool gq_vocab_estimate(const sy_gguf *g, uint32_t *n_vocab, uint64_t *bytes, sy_status *status, char *err,
+                       size_t err_size);
 
 /* The engine ABI's tokenize / token_to_bytes / token_flags (same buffer protocol and flags). */
 sy_status gq_vocab_tokenize(const gq_vocab *v, const char *text, size_t len, uint32_t flags, int32_t *out,

@@ -69,8 +69,17 @@ struct sy_model {
     char *name, *chat_template;
     char fingerprint[33];
     uint64_t n_params;
+    uint64_t tokenizer_bytes; /* counted as its tokenizer.json's size, as the CPU engines count theirs */
     bool add_bos;
 };
+
+/* The size of dir/tokenizer.json, 0 when there is none. */
+static uint64_t tokenizer_file_bytes(const char *dir) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+}
 
 /* ---- probe ---- */
 
@@ -251,6 +260,7 @@ static sy_status lc_load(const char *path, const sy_option *options, size_t n_op
             m->n_params += sy_safetensors_at(weights, i)->n_elements;
         sy_safetensors_close(weights); /* everything is on the device now */
         st = load_tokenizer(m, path, &gen);
+        m->tokenizer_bytes = tokenizer_file_bytes(path);
         if (st != SY_OK) {
             char reason[sizeof error_text];
             snprintf(reason, sizeof reason, "%s", error_text);
@@ -321,7 +331,7 @@ static sy_status lc_memory_usage(const sy_model *m, sy_memory_usage *out) {
     sy_memory_usage u = {
         .struct_size = out->struct_size,
         .mapped_bytes = 0,
-        .resident_bytes = 0,
+        .resident_bytes = mem.host_bytes + m->tokenizer_bytes,
         .device_bytes = mem.device_bytes,
         .kv_bytes = mem.kv_bytes,
     };
@@ -671,10 +681,44 @@ static sy_status lc_init(const sy_host_api *h) {
 
 static void lc_deinit(void) { host = NULL; }
 
+/* ---- estimate ("sy.engine.resources/1") ---- */
+
+/* config.json alone (the weights' sizes follow from it, as the load converts every tensor to BF16), and the
+ * device's free memory, which sizes the KV as the load will. */
+static sy_status lc_estimate_api(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out) {
+    if (path == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return fail(SY_ERR_INVALID_ARGUMENT, "estimate: bad arguments");
+    load_options o;
+    if (!parse_options(options, n_options, &o)) return SY_ERR_INVALID_ARGUMENT;
+    const char *config_path = o.synthetic ? o.synthetic : path;
+    sy_hf_config cfg;
+    bool synthetic;
+    sy_status st = read_config(config_path, &cfg, NULL, &synthetic);
+    if (st != SY_OK) return st;
+    char err[400];
+    lc_estimate e;
+    st = lc_engine_estimate(&cfg, &o.engine, &e, err, sizeof err);
+    if (st != SY_OK) return fail(st, "%s: %s", path, err);
+    sy_resource_estimate r = {
+        .struct_size = out->struct_size,
+        .mapped_bytes = 0, /* the checkpoint is mapped only while its tensors are copied to the device */
+        .resident_bytes = e.host_bytes + (synthetic || o.synthetic ? 0 : tokenizer_file_bytes(path)),
+        .device_bytes = e.device_bytes,
+    };
+    memcpy(out, &r, out->struct_size < sizeof r ? out->struct_size : sizeof r);
+    return SY_OK;
+}
+
+static const sy_engine_resources_api resources_api = {
+    .struct_size = sizeof(sy_engine_resources_api),
+    .estimate = lc_estimate_api,
+};
+
 static const void *lc_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_SAMPLING_INTERFACE_ID) == 0) return &sampling_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &state_api;
+    if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
     return NULL;
 }
 

@@ -416,6 +416,82 @@ static size_t layout_state(lc_engine *e, char *base) {
     return b.used;
 }
 
+/* KV blocks (block_bytes set) for the options within the device's free memory. */
+static uint64_t kv_blocks(const lc_engine *e, uint64_t free_b) {
+    const uint64_t S = e->opt.max_sequences;
+    uint64_t want = e->opt.kv_cache_bytes ? e->opt.kv_cache_bytes
+                                          : (S * (uint64_t)e->max_blocks + S) * e->block_bytes;
+    uint64_t room = free_b > KV_RESERVE_BYTES ? free_b - KV_RESERVE_BYTES : 0;
+    if (want > room) want = room;
+    uint64_t blocks = want / e->block_bytes;
+    return blocks > INT32_MAX - 1 ? INT32_MAX - 1 : blocks;
+}
+
+/* Host memory of an engine (layout_state run, n_blocks set): the pinned buffers of create and its tables. */
+static uint64_t host_bytes(const lc_engine *e) {
+    const uint64_t S = e->opt.max_sequences, T = e->opt.max_batch_tokens;
+    uint64_t pinned = 2ull * e->meta_bytes + 5 * S * sizeof(int32_t) + T * sizeof(int32_t) +
+                      S * (uint64_t)e->max_blocks * sizeof(int32_t);
+    uint64_t tables = (uint64_t)e->n_layer * sizeof(layer_w) + S * (sizeof(seq_state) + sizeof(uint32_t)) +
+                      2ull * (uint64_t)e->n_attn * sizeof(lc_bf16 *) +
+                      (uint64_t)e->n_blocks * (sizeof(uint32_t) + sizeof(int32_t));
+    return sizeof *e + pinned + tables;
+}
+
+sy_status lc_engine_estimate(const sy_hf_config *cfg, const lc_options *opt, lc_estimate *out, char *err,
+                             size_t err_size) {
+    memset(out, 0, sizeof *out);
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count == 0) {
+        sy_errmsg(err, err_size, "no CUDA device (%s)",
+                  ce != cudaSuccess ? cudaGetErrorString(ce) : "the driver reports none");
+        cudaGetLastError();
+        return SY_ERR_NO_DEVICE;
+    }
+    if (opt->device < 0 || opt->device >= count) {
+        sy_errmsg(err, err_size, "device %d: there are %d CUDA devices", opt->device, count);
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    /* The sizes lc_engine_create computes, on an engine that allocates nothing; the KV takes what it asks for
+     * within the device's free memory now, as the load will. */
+    lc_engine *e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        sy_errmsg(err, err_size, "out of memory");
+        return SY_ERR_OUT_OF_MEMORY;
+    }
+    e->cfg = *cfg;
+    e->opt = *opt;
+    sy_status status = check_config(e, err, err_size);
+    if (status == SY_OK) {
+        resolve_options(e);
+        e->layers = calloc((size_t)e->n_layer, sizeof *e->layers);
+        if (e->layers == NULL) {
+            sy_errmsg(err, err_size, "out of memory");
+            status = SY_ERR_OUT_OF_MEMORY;
+        }
+    }
+    size_t free_b = 0, total_b = 0;
+    if (status == SY_OK && (!ck(cudaSetDevice(opt->device), "cudaSetDevice", err, err_size) ||
+                            !ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err, err_size)))
+        status = SY_ERR_NO_DEVICE;
+    if (status == SY_OK) {
+        for (int32_t l = 0; l < e->n_layer; l++) e->layers[l].conv = cfg->layer_types[l] == SY_HF_LAYER_CONV;
+        bump sizing = {NULL, 0};
+        layout_weights(e, &sizing);
+        uint64_t state = layout_state(e, NULL);
+        e->block_elems = (size_t)e->n_kv * LC_KV_BLOCK * (size_t)e->hd;
+        e->block_bytes = 2ull * (uint64_t)e->n_attn * e->block_elems * sizeof(lc_bf16);
+        uint64_t blocks = kv_blocks(e, free_b);
+        e->n_blocks = (int32_t)blocks;
+        out->device_bytes = sizing.used + state + blocks * e->block_bytes;
+        out->host_bytes = host_bytes(e);
+    }
+    free(e->layers);
+    free(e);
+    return status;
+}
+
 const lc_options *lc_engine_options(const lc_engine *e) { return &e->opt; }
 const char *lc_engine_device_name(const lc_engine *e) { return e->device_name; }
 
@@ -423,6 +499,7 @@ void lc_engine_memory(const lc_engine *e, lc_memory *out) {
     out->device_bytes = e->weights_bytes + e->state_bytes + e->kv_mem_bytes;
     out->kv_bytes = atomic_load(&((lc_engine *)e)->kv_used);
     out->weight_bytes = e->weight_bytes;
+    out->host_bytes = host_bytes(e);
 }
 
 sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, const lc_options *opt,
@@ -515,12 +592,7 @@ sy_status lc_engine_create(const sy_hf_config *cfg, const sy_safetensors *st, co
     e->block_bytes = 2ull * (uint64_t)e->n_attn * e->block_elems * sizeof(lc_bf16);
     size_t free_b = 0, total_b = 0;
     if (!ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err, err_size)) goto fail;
-    uint64_t want = e->opt.kv_cache_bytes ? e->opt.kv_cache_bytes
-                                          : ((uint64_t)S * (uint64_t)e->max_blocks + S) * e->block_bytes;
-    uint64_t room = free_b > KV_RESERVE_BYTES ? free_b - KV_RESERVE_BYTES : 0;
-    if (want > room) want = room;
-    uint64_t blocks = want / e->block_bytes;
-    if (blocks > INT32_MAX - 1) blocks = INT32_MAX - 1;
+    uint64_t blocks = kv_blocks(e, free_b);
     if (blocks < (uint64_t)e->max_blocks + 1) {
         sy_errmsg(err, err_size,
                   "device memory: room for %llu KV positions, one sequence of %u needs more (lower ctx_size)",

@@ -63,8 +63,19 @@ typedef struct lc_memory {
     uint64_t device_bytes; /* everything allocated on the device */
     uint64_t kv_bytes;     /* KV blocks in use plus the conv state of live sequences */
     uint64_t weight_bytes;
+    uint64_t host_bytes;   /* pinned buffers and host tables */
 } lc_memory;
 void lc_engine_memory(const lc_engine *e, lc_memory *out);
+
+/* What lc_engine_create(cfg, ..., opt) will take, without allocating: device_bytes as lc_memory's right after it
+ * (weights, state and scratch, the KV blocks that fit the device's free memory now) and host_bytes. Needs the
+ * device (SY_ERR_NO_DEVICE as create) to learn its free memory. */
+typedef struct lc_estimate {
+    uint64_t device_bytes;
+    uint64_t host_bytes;
+} lc_estimate;
+sy_status lc_engine_estimate(const sy_hf_config *cfg, const lc_options *opt, lc_estimate *out, char *err,
+                             size_t err_size);
 
 /* Sequences are slots 0 .. max_sequences-1. */
 sy_status lc_seq_create(lc_engine *e, int32_t *slot, char *err, size_t err_size);

@@ -133,16 +133,13 @@ qm_vocab *qm_vocab_load(const char *dir, const sy_hf_config *cfg, const sy_hf_ge
         snprintf(err, err_size, "%s is missing (only tokenizer.json tokenizers are supported)", tok_path);
         goto done;
     }
-    struct stat st;
-    stat(tok_path, &st);
     if (!get_tokenizer(v, tok_path, err, err_size)) {
         *status = strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT;
         goto done;
     }
     v->n_bpe = sy_bpe_n_vocab(v->bpe);
     v->n_model = cfg->vocab_size;
-    /* tables of a few entries per token and merge, plus the word cache: about the JSON's size */
-    v->bytes = (uint64_t)st.st_size;
+    v->bytes = sy_bpe_memory(v->bpe);
     if (v->n_bpe > v->n_model) {
         snprintf(err, err_size, "%s has ids up to %u but the model's vocab_size is %u", tok_path, v->n_bpe - 1,
                  v->n_model);

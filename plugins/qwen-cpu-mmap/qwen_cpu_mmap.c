@@ -33,6 +33,7 @@
 #include "hf_vocab.h"
 #include "safetensors.h"
 #include "tensor_names.h"
+#include "tokenizer_bpe.h"
 #include "transformer_lfm2.h"
 
 #define PLUGIN_NAME "qwen-cpu-mmap"
@@ -301,6 +302,33 @@ static char *dir_name(const char *path) {
 
 /* ---- load ---- */
 
+/* The weight tables over the mapped files (fmt->st, open), checked by name and shape; no tensor data is read.
+ * The layer table goes to fmt->layers. */
+static sy_status bind_weights(const sy_hf_config *h, qm_format *fmt, const sy_tf_config *cfg, sy_tf_weights *w) {
+    memset(w, 0, sizeof *w);
+    const uint64_t vocab = h->vocab_size, embd = h->hidden_size;
+    /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
+    sy_tensor_role final_norm = h->arch == SY_HF_ARCH_LFM2 ? SY_TENSOR_TOKEN_EMBD_NORM : SY_TENSOR_OUTPUT_NORM;
+    char n[NAME_BYTES];
+    if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_TOKEN_EMBD, 0), vocab, embd, true, &w->token_embd) ||
+        !bind_vector(fmt->st, tensor(n, h, final_norm, 0), embd, true, &w->output_norm))
+        return SY_ERR_FORMAT;
+    if (h->tie_word_embeddings) {
+        w->output = w->token_embd; /* transformers ignores a stored lm_head.weight when tied */
+    } else if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_OUTPUT, 0), vocab, embd, true, &w->output)) {
+        return SY_ERR_FORMAT;
+    }
+    if (fmt->rope_factors)
+        w->rope_freq_factors =
+            (sy_tf_vector){"rope_scaling (llama3)", fmt->rope_factors, SY_DTYPE_F32, cfg->rope_dims / 2};
+    fmt->layers = calloc(h->num_hidden_layers, sizeof *fmt->layers);
+    if (fmt->layers == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t l = 0; l < h->num_hidden_layers; l++)
+        if (!bind_layer(fmt->st, h, l, &fmt->layers[l])) return SY_ERR_FORMAT;
+    w->layers = fmt->layers;
+    return SY_OK;
+}
+
 static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options *opt) {
     char err[400];
     sy_hf_config h;
@@ -338,27 +366,8 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->weights_mapped_bytes = sy_safetensors_mapped_bytes(fmt->st);
 
     sy_tf_weights w;
-    memset(&w, 0, sizeof w);
-    const uint64_t vocab = h.vocab_size, embd = h.hidden_size;
-    /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
-    sy_tensor_role final_norm = h.arch == SY_HF_ARCH_LFM2 ? SY_TENSOR_TOKEN_EMBD_NORM : SY_TENSOR_OUTPUT_NORM;
-    char n[NAME_BYTES];
-    if (!bind_matrix(fmt->st, tensor(n, &h, SY_TENSOR_TOKEN_EMBD, 0), vocab, embd, true, &w.token_embd) ||
-        !bind_vector(fmt->st, tensor(n, &h, final_norm, 0), embd, true, &w.output_norm))
-        return SY_ERR_FORMAT;
-    if (h.tie_word_embeddings) {
-        w.output = w.token_embd; /* transformers ignores a stored lm_head.weight when tied */
-    } else if (!bind_matrix(fmt->st, tensor(n, &h, SY_TENSOR_OUTPUT, 0), vocab, embd, true, &w.output)) {
-        return SY_ERR_FORMAT;
-    }
-    if (fmt->rope_factors)
-        w.rope_freq_factors =
-            (sy_tf_vector){"rope_scaling (llama3)", fmt->rope_factors, SY_DTYPE_F32, cfg.rope_dims / 2};
-    fmt->layers = calloc(h.num_hidden_layers, sizeof *fmt->layers);
-    if (fmt->layers == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
-    for (uint32_t l = 0; l < h.num_hidden_layers; l++)
-        if (!bind_layer(fmt->st, &h, l, &fmt->layers[l])) return SY_ERR_FORMAT;
-    w.layers = fmt->layers;
+    st = bind_weights(&h, fmt, &cfg, &w);
+    if (st != SY_OK) return st;
 
     char *config_path = qm_path_in(dir, "config.json");
     size_t config_len = 0;
@@ -398,6 +407,56 @@ static sy_status qm_load(const char *path, const sy_option *options, size_t n_op
     return SY_OK;
 }
 
+/* ---- estimate ("sy.engine.resources/1") ---- */
+
+/* config.json, the safetensors headers and the norm vectors are read; no weight is, nor the tokenizer. */
+static sy_status qm_estimate(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out) {
+    if (path == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "estimate: bad arguments");
+    sy_cpu_options opt;
+    sy_status st = sy_cpu_options_parse(options, n_options, &opt);
+    if (st == SY_OK) st = qm_probe(path);
+    if (st != SY_OK) return st;
+    char err[400];
+    sy_hf_config h;
+    if (!sy_hf_config_load(path, &h, NULL, err, sizeof err))
+        return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s: %s", path, err);
+    qm_format fmt = {0};
+    sy_tf_config cfg;
+    st = core_config(&h, &fmt, &cfg);
+    if (st == SY_OK && opt.backend == SY_CPU_BACKEND_REFERENCE && cfg.arch->short_conv)
+        st = sy_cpu_fail(SY_ERR_UNSUPPORTED, "backend reference does not run %s (no short convolution)", h.model_type);
+    /* The tokenizer as sy_bpe_memory will count it, without parsing tokenizer.json: about one merge per token and
+     * token text of a quarter of the file (it holds each token in the vocabulary and again in merges, quoted).
+     * Small tokenizers are their tables' first size, exactly; large ones within a few percent of the total. A
+     * missing file fails the load, not this. */
+    uint64_t vocab_bytes = 0;
+    char *tok_path = st == SY_OK ? qm_path_in(path, "tokenizer.json") : NULL;
+    struct stat sb;
+    if (tok_path && stat(tok_path, &sb) == 0 && S_ISREG(sb.st_mode))
+        vocab_bytes = sy_bpe_memory_estimate(h.vocab_size, h.vocab_size, (uint64_t)sb.st_size / 4);
+    free(tok_path);
+    if (st == SY_OK) {
+        fmt.st = sy_safetensors_open(path, err, sizeof err);
+        if (fmt.st == NULL) st = sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
+    }
+    sy_tf_weights w;
+    if (st == SY_OK) st = bind_weights(&h, &fmt, &cfg, &w);
+    if (st == SY_OK)
+        st = sy_cpu_estimate(&cfg, &w, h.max_position_embeddings, &opt, sy_safetensors_mapped_bytes(fmt.st),
+                             vocab_bytes, out);
+    if (st != SY_OK && strncmp(sy_cpu_error_message(), path, strlen(path)) != 0) sy_cpu_fail_prefix(path);
+    sy_safetensors_close(fmt.st);
+    free(fmt.layers);
+    free(fmt.rope_factors);
+    return st;
+}
+
+static const sy_engine_resources_api resources_api = {
+    .struct_size = sizeof(sy_engine_resources_api),
+    .estimate = qm_estimate,
+};
+
 /* ---- the plugin ---- */
 
 static const sy_engine_api engine_api = {
@@ -420,6 +479,7 @@ static void qm_deinit(void) {
 static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
+    if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
     return NULL;
 }
 

@@ -30,6 +30,7 @@ static const te_key_spec te_keys[] = {
     {"eos_one_in", TE_KEY_LOADABLE, 0, 1000000000, offsetof(te_config, eos_one_in)},
     {"max_sequences", TE_KEY_LOADABLE, 0, 65536, offsetof(te_config, max_sequences)},
     {"max_decode_tokens", TE_KEY_LOADABLE, 0, 1048576, offsetof(te_config, max_decode_tokens)},
+    {"device_mb", TE_KEY_LOADABLE, 0, 1048576, offsetof(te_config, device_mb)},
 };
 
 static void te_config_defaults(te_config *cfg) {

@@ -104,19 +104,13 @@ static void te_fingerprint(const char *file, size_t len, const te_config *cfg, c
 
 static void te_free_seq_memory(sy_seq *seq);
 
-static sy_status te_load(const char *path, const sy_option *options, size_t n_options, sy_model **out) {
-    if (out == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: out is NULL");
-    *out = NULL;
-    if (path == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: path is NULL");
-    if (options == NULL && n_options > 0) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: options is NULL");
-
-    char *file = malloc(TE_MAX_FILE_BYTES);
-    if (file == NULL) return te_fail(SY_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    size_t len = 0;
+/* The model file (into file, TE_MAX_FILE_BYTES, its length in *len) and the config it gives with the options. */
+static sy_status te_read_config(const char *path, const sy_option *options, size_t n_options, char *file, size_t *len,
+                                te_config *cfg_out) {
     te_config cfg;
-    sy_status st = te_read_model_file(path, file, TE_MAX_FILE_BYTES, &len);
+    sy_status st = te_read_model_file(path, file, TE_MAX_FILE_BYTES, len);
     if (st == SY_OK) {
-        st = te_config_parse_file(file, len, &cfg);
+        st = te_config_parse_file(file, *len, &cfg);
         if (st != SY_OK) {
             char msg[sizeof te_error_buf];
             memcpy(msg, te_error_buf, sizeof msg);
@@ -132,6 +126,26 @@ static sy_status te_load(const char *path, const sy_option *options, size_t n_op
         st = te_config_apply_option(&cfg, options[i].key, options[i].value, &known);
         if (st == SY_OK && !known) te_log(SY_LOG_DEBUG, "ignoring option %.64s", options[i].key);
     }
+    if (st == SY_OK) *cfg_out = cfg;
+    return st;
+}
+
+/* What a loaded model holds before any sequence: the model and its two token tables (te_math_init). */
+static uint64_t te_resident_at_load(const te_config *cfg) {
+    return sizeof(sy_model) + (uint64_t)cfg->n_vocab * (8 + sizeof(te_key_entry));
+}
+
+static sy_status te_load(const char *path, const sy_option *options, size_t n_options, sy_model **out) {
+    if (out == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: out is NULL");
+    *out = NULL;
+    if (path == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: path is NULL");
+    if (options == NULL && n_options > 0) return te_fail(SY_ERR_INVALID_ARGUMENT, "load: options is NULL");
+
+    char *file = malloc(TE_MAX_FILE_BYTES);
+    if (file == NULL) return te_fail(SY_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    size_t len = 0;
+    te_config cfg;
+    sy_status st = te_read_config(path, options, n_options, file, &len, &cfg);
     sy_model *model = NULL;
     if (st == SY_OK) {
         model = calloc(1, sizeof *model);
@@ -149,7 +163,7 @@ static sy_status te_load(const char *path, const sy_option *options, size_t n_op
         free(model);
         return st;
     }
-    atomic_store(&model->resident_bytes, sizeof *model + (uint64_t)cfg.n_vocab * (8 + sizeof(te_key_entry)));
+    atomic_store(&model->resident_bytes, te_resident_at_load(&cfg));
     te_log(SY_LOG_INFO, "loaded %s: n_ctx=%u n_vocab=%u n_layer=%u recurrent=%u", path, (unsigned)cfg.n_ctx,
            (unsigned)cfg.n_vocab, (unsigned)cfg.n_layer, (unsigned)cfg.recurrent);
     *out = model;
@@ -223,6 +237,7 @@ static sy_status te_memory_usage(const sy_model *model, sy_memory_usage *out) {
         .struct_size = sizeof usage,
         .resident_bytes = atomic_load(&((sy_model *)model)->resident_bytes),
         .kv_bytes = atomic_load(&((sy_model *)model)->kv_bytes),
+        .device_bytes = (uint64_t)model->cfg.device_mb << 20,
     };
     te_copy_out(out, &usage, sizeof usage);
     return SY_OK;
@@ -594,10 +609,36 @@ static sy_status te_init(const sy_host_api *host) {
 
 static void te_deinit(void) { te_host = NULL; }
 
+static sy_status te_estimate(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out) {
+    if (path == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
+        return te_fail(SY_ERR_INVALID_ARGUMENT, "estimate: bad arguments");
+    if (options == NULL && n_options > 0) return te_fail(SY_ERR_INVALID_ARGUMENT, "estimate: options is NULL");
+    char *file = malloc(TE_MAX_FILE_BYTES);
+    if (file == NULL) return te_fail(SY_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    size_t len = 0;
+    te_config cfg;
+    sy_status st = te_read_config(path, options, n_options, file, &len, &cfg);
+    free(file);
+    if (st != SY_OK) return st;
+    sy_resource_estimate e = {
+        .struct_size = sizeof e,
+        .resident_bytes = te_resident_at_load(&cfg),
+        .device_bytes = (uint64_t)cfg.device_mb << 20,
+    };
+    te_copy_out(out, &e, sizeof e);
+    return SY_OK;
+}
+
+static const sy_engine_resources_api te_resources_api = {
+    .struct_size = sizeof(sy_engine_resources_api),
+    .estimate = te_estimate,
+};
+
 static const void *te_get_interface(const char *id) {
     if (id == NULL) return NULL;
     if (strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &te_engine_api;
     if (strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &te_state_api;
+    if (strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &te_resources_api;
     if (strcmp(id, SY_ENGINE_SAMPLING_INTERFACE_ID) == 0) return &te_sampling_api;
     return NULL;
 }

@@ -20,6 +20,9 @@
  *   eos_one_in=100     greedy output ends with probability 1/N per position (0: never)
  *   max_sequences=0    most live sequences (0: no limit); one more is SY_ERR_OUT_OF_MEMORY
  *   max_decode_tokens=0  most tokens of one decode call (0: no limit), reported in the model info; more is an error
+ *   device_mb=0        accelerator memory memory_usage and the estimate report (0..1048576; nothing is allocated):
+ *                      a host test's stand-in for a GPU engine's device_bytes
+ * It offers "sy.engine.resources/1": the estimate is exact (the tables it allocates are a function of n_vocab).
  * Tokens: 0..255 bytes, 256 <|bos|>, 257 <|endoftext|> (EOS), 258 <|im_start|>, 259 <|im_end|>, 260 <|pad|>,
  * then <|unused_N|>. EOS and <|im_end|> end generation. The fingerprint hashes the file and the settings that
  * change the math (recurrent, eos_one_in).
@@ -79,6 +82,7 @@ typedef struct te_config {
     uint32_t max_sequences; /* 0 = no limit */
     uint32_t max_decode_tokens; /* 0 = no limit */
     uint32_t add_bos;       /* 0 or 1 */
+    uint32_t device_mb;     /* accelerator memory it claims to hold (none is allocated), for the host's budgets */
 } te_config;
 
 /* Defaults, then the file's key=value lines. Returns SY_OK or an error with te_fail()'s message. */

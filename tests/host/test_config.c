@@ -204,6 +204,7 @@ static void test_defaults(void **state) {
     assert_false(cfg->host.resume);
     assert_false(cfg->host.log_level_set);
     assert_int_equal(cfg->host.max_memory, 0);
+    assert_int_equal(cfg->host.max_device_memory, 0);
     assert_int_equal(cfg->host.api_keys.count, 0);
     assert_int_equal(cfg->host.http_threads, 4);
     assert_int_equal(cfg->host.max_connections, 256);
@@ -320,6 +321,14 @@ static void test_units(void **state) {
     sy_config_free(cfg);
     cfg = parse("[host]\nmax_request_body = 100\n");
     assert_single_error(cfg, "cfg.ini:2: [host] max_request_body: '100' is out of range (1K..1G bytes)");
+    sy_config_free(cfg);
+    cfg = parse("[host]\nmax_device_memory = 80G\n");
+    assert_true(sy_config_ok(cfg));
+    assert_int_equal(cfg->host.max_device_memory, (uint64_t)80 << 30);
+    assert_int_equal(cfg->host.max_memory, 0); /* a budget of its own */
+    sy_config_free(cfg);
+    cfg = parse("[host]\nmax_device_memory = 2048T\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] max_device_memory: '2048T' is out of range (0..1024T bytes)");
     sy_config_free(cfg);
     cfg = parse("[host]\nmax_memory = 2048T\n");
     assert_single_error(cfg, "cfg.ini:2: [host] max_memory: '2048T' is out of range (0..1024T bytes)");

@@ -238,6 +238,7 @@ static void test_metrics_text(void **state) {
     models[0].name = "qwen";
     models[0].state = SY_MODEL_READY;
     models[0].memory_bytes = 123456;
+    models[0].device_bytes = 654321;
     models[0].sched.slots_busy = 2;
     models[0].sched.queue_depth = 3;
     models[0].sched.parked_sequences = 2;
@@ -270,6 +271,7 @@ static void test_metrics_text(void **state) {
         "switchyard_model_state{model=\"qwen\",state=\"loading\"} 0\n",
         "switchyard_model_state{model=\"we\\\"ird\",state=\"unloaded\"} 1\n",
         "switchyard_model_memory_bytes{model=\"qwen\"} 123456\n",
+        "switchyard_model_device_memory_bytes{model=\"qwen\"} 654321\n",
         "switchyard_slots_busy{model=\"qwen\"} 2\n",
         "switchyard_queue_depth{model=\"qwen\"} 3\n",
         "switchyard_prefix_cache_sequences{model=\"qwen\"} 2\n",

@@ -361,9 +361,9 @@ static void memory_budget_evicts_lru(void **state) {
     assert_true(one > 1000);
     sy_model_manager_destroy(mm);
 
-    /* c's file is as large as a loaded model, so its estimate before loading is right; d's is too large. */
-    free(serve_write_model(&env, "c-sized.txt", NULL, (size_t)one));
-    free(serve_write_model(&env, "d-huge.txt", NULL, (size_t)one * 3));
+    /* The engine estimates c before loading it as large as a loaded a; d's vocabulary needs more than the budget. */
+    free(serve_write_model(&env, "c-sized.txt", NULL, 0));
+    free(serve_write_model(&env, "d-huge.txt", "n_vocab=65536", 0));
     char text[1024];
     snprintf(text, sizeof text,
              "[host]\nload_timeout = 20\nresume_path = resume\nmax_memory = %llu\n" MODEL("a", "a.txt") "group = free\n" MODEL(
@@ -384,6 +384,7 @@ static void memory_budget_evicts_lru(void **state) {
     sy_model_manager_counters cnt;
     sy_model_manager_get_counters(mm, &cnt);
     assert_int_equal(cnt.swaps, 1);
+    assert_int_equal(cnt.budget_unloads, 1); /* b went before c loaded */
     /* A model larger than the whole budget is refused. */
     char err[512];
     int status = 0;
@@ -393,6 +394,78 @@ static void memory_budget_evicts_lru(void **state) {
     assert_int_equal(state_of(mm, "a"), SY_MODEL_READY); /* nothing was unloaded for it */
     sy_model_lease_release(c);
     sy_model_manager_destroy(mm);
+#undef FREE_GROUP
+}
+
+/* A model never loaded is sized by the engine's estimate ("sy.engine.resources/1"), not by its file: with room for
+ * one model and not two, loading b unloads a before b loads. Sized by b's file (a few bytes), a would go only
+ * after b's load, and budget_unloads would stay 0. */
+static void memory_budget_uses_the_estimate(void **state) {
+    (void)state;
+#define FREE_GROUP "[group.free]\nexclusive = false\nswap = false\n"
+    sy_model_manager *mm = manager_of(HOST MODEL("a", "a.txt") "group = free\n" FREE_GROUP);
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    sy_model_status st[4];
+    assert_int_equal(sy_model_manager_status(mm, st, 4), 1);
+    uint64_t one = st[0].memory_bytes;
+    sy_model_manager_destroy(mm);
+    char text[1024];
+    snprintf(text, sizeof text, HOST "max_memory = %llu\n" MODEL("a", "a.txt") "group = free\n" MODEL("b", "b.txt")
+                                     "group = free\n" FREE_GROUP,
+             (unsigned long long)(one + one / 2));
+    mm = manager_of(text);
+    sy_model_lease_release(acquire_ok(mm, "a"));
+    sy_model_lease_release(acquire_ok(mm, "b"));
+    assert_int_equal(state_of(mm, "a"), SY_MODEL_UNLOADED);
+    assert_int_equal(state_of(mm, "b"), SY_MODEL_READY);
+    sy_model_manager_counters cnt;
+    sy_model_manager_get_counters(mm, &cnt);
+    assert_int_equal(cnt.estimated_loads, 2);
+    assert_int_equal(cnt.budget_unloads, 1);
+    assert_int_equal(cnt.swaps, 1);
+    sy_model_manager_destroy(mm);
+#undef FREE_GROUP
+}
+
+/* max_device_memory counts device bytes only (test-engine's device_mb fakes them) and max_memory host bytes only:
+ * two 64 MB models do not fit 100 MB of device memory, while 128 MB of device bytes never count against a
+ * max_memory of a few host-sized models. */
+static void device_memory_budget(void **state) {
+    (void)state;
+#define FREE_GROUP "[group.free]\nexclusive = false\nswap = false\n"
+#define GPU "group = free\nengine.device_mb = 64\n"
+    sy_model_manager *mm = manager_of(HOST "max_device_memory = 100M\nmax_memory = 1M\n" MODEL("g1", "a.txt") GPU
+                                          MODEL("g2", "b.txt") GPU MODEL("cpu", "c.txt") "group = free\n"
+                                          MODEL("big", "w.txt") "group = free\nengine.device_mb = 200\n" FREE_GROUP);
+    sy_model_lease_release(acquire_ok(mm, "g1"));
+    sy_model_lease_release(acquire_ok(mm, "cpu"));
+    sy_model_lease_release(acquire_ok(mm, "g2"));
+    assert_int_equal(state_of(mm, "g1"), SY_MODEL_UNLOADED); /* the device budget's victim */
+    assert_int_equal(state_of(mm, "cpu"), SY_MODEL_READY);   /* holds no device memory: no use unloading it */
+    assert_int_equal(state_of(mm, "g2"), SY_MODEL_READY);
+    sy_model_manager_counters cnt;
+    sy_model_manager_get_counters(mm, &cnt);
+    assert_int_equal(cnt.budget_unloads, 1);
+    sy_model_status st[4];
+    assert_int_equal(sy_model_manager_status(mm, st, 4), 4);
+    assert_int_equal(st[1].device_bytes, 64u << 20);
+    assert_true(st[1].memory_bytes > 0 && st[1].memory_bytes < (1u << 20)); /* host bytes apart */
+    char err[512];
+    int status = 0;
+    assert_null(sy_model_manager_acquire(mm, "big", err, sizeof err, &status));
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(err, "max_device_memory"));
+    assert_int_equal(state_of(mm, "g2"), SY_MODEL_READY); /* nothing was unloaded for it */
+    sy_model_manager_destroy(mm);
+
+    /* Without a device budget, device bytes do not count against max_memory: both stay loaded. */
+    mm = manager_of(HOST "max_memory = 1M\n" MODEL("g1", "a.txt") GPU MODEL("g2", "b.txt") GPU FREE_GROUP);
+    sy_model_lease_release(acquire_ok(mm, "g1"));
+    sy_model_lease_release(acquire_ok(mm, "g2"));
+    assert_int_equal(state_of(mm, "g1"), SY_MODEL_READY);
+    assert_int_equal(state_of(mm, "g2"), SY_MODEL_READY);
+    sy_model_manager_destroy(mm);
+#undef GPU
 #undef FREE_GROUP
 }
 
@@ -657,6 +730,8 @@ int main(void) {
         cmocka_unit_test(unload_waits_for_lease),
         cmocka_unit_test(last_lease_released_in_callback),
         cmocka_unit_test(memory_budget_evicts_lru),
+        cmocka_unit_test(memory_budget_uses_the_estimate),
+        cmocka_unit_test(device_memory_budget),
         cmocka_unit_test(reload_adds_changes_removes),
         cmocka_unit_test(preload_and_load_failure),
         cmocka_unit_test(keep_alive_overrides_the_ttl),
