@@ -705,7 +705,8 @@ static int rx_escape(rx *r, cset *set, uint32_t *cp, bool in_class) {
     switch (e) {
     case 'd': cs_add(set, '0', '9'); return 1;
     case 'w': cs_add(set, '0', '9'), cs_add(set, 'A', 'Z'), cs_add(set, 'a', 'z'), cs_add(set, '_', '_'); return 1;
-    case 's': cs_add(set, ' ', ' '), cs_add(set, '\t', '\r'); return 1;
+    /* ASCII whitespace as Python's str.isspace sees it: \t-\r, \x1c-\x1f, space */
+    case 's': cs_add(set, '\t', '\r'), cs_add(set, 0x1C, ' '); return 1;
     /* Python's \d \w \s match Unicode digits, letters and spaces too, so their complements are taken within
      * ASCII: never a character Python's class would have matched */
     case 'D':
@@ -714,7 +715,7 @@ static int rx_escape(rx *r, cset *set, uint32_t *cp, bool in_class) {
         cset t = {0};
         if (e == 'D') cs_add(&t, '0', '9');
         if (e == 'W') cs_add(&t, '0', '9'), cs_add(&t, 'A', 'Z'), cs_add(&t, 'a', 'z'), cs_add(&t, '_', '_');
-        if (e == 'S') cs_add(&t, ' ', ' '), cs_add(&t, '\t', '\r');
+        if (e == 'S') cs_add(&t, '\t', '\r'), cs_add(&t, 0x1C, ' ');
         cs_negate(&t, 0x7F);
         for (size_t i = 0; i < t.n; i += 2) cs_add(set, t.r[i], t.r[i + 1]);
         free(t.r);
@@ -872,7 +873,7 @@ static bool rx_int(rx *r, long *v) {
 static bool rx_seq(rx *r, gbuf *b) {
     bool any = false;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
-        if (r->depth == 0 && *r->p == '$' && r->p + 1 == r->end) break; /* the end anchor */
+        if (r->depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) break; /* end anchor */
         if (any) gbuf_puts(b, " ");
         if (!rx_atom(r, b)) return false;
         any = true;
@@ -1413,6 +1414,13 @@ static char *object_rule(sc *c, const cJSON *s, const char *hint, const char *pt
     }
     for (size_t i = 0; i < n; i++) {
         const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, keys[i]) : NULL;
+        if (cJSON_IsFalse(ps)) { /* a property that must not appear: no kv (and no extra key of that name) */
+            if (is_req[i]) {
+                fail(c, ptr, "required property '%s' has schema false", keys[i]);
+                goto out;
+            }
+            continue;
+        }
         char h[160];
         snprintf(h, sizeof h, "%.100s-%.40s", hint, keys[i]);
         char *value;
@@ -1442,76 +1450,54 @@ static char *object_rule(sc *c, const cJSON *s, const char *hint, const char *pt
         kv[i] = add_rule(c, hk, gbuf_take(c, &b));
         if (kv[i] == NULL) goto out;
     }
-    /* optional keys: any in-order subset, t_i ::= kv_i ("," space t_{i+1})? | t_{i+1} */
-    char *opt = NULL;
-    {
-        char *next = NULL;
-        for (size_t i = n; i-- > 0;) {
-            if (is_req[i]) continue;
-            gbuf b = {.ok = true};
-            if (next) gbuf_printf(&b, "%s (\",\" space %s)? | %s", kv[i], next, next);
-            else gbuf_puts(&b, kv[i]);
-            char h[128];
-            snprintf(h, sizeof h, "%.100s-opt", hint);
-            free(next);
-            next = add_rule(c, h, gbuf_take(c, &b));
-            if (next == NULL) goto out;
-        }
-        opt = next;
-    }
     char *addkv = NULL;
     if (extra) {
         ktrie t = {0};
         for (size_t i = 0; i < n; i++)
             if (!kt_insert(&t, keys[i])) {
                 kt_free(&t);
-                free(opt);
-                return fail(c, ptr, "property name is not valid UTF-8");
+                fail(c, ptr, "property name is not valid UTF-8");
+                goto out;
             }
         free(add_rule_named(c, dup("key-char"), dup("[^\"\\\\\\x7F\\x00-\\x1F]")));
         char h[128];
         snprintf(h, sizeof h, "%.100s-extra-key", hint);
         char *k = kt_rule(c, &t, h);
         kt_free(&t);
-        if (k == NULL) {
-            free(opt);
-            goto out;
-        }
+        if (k == NULL) goto out;
         snprintf(h, sizeof h, "%.100s-extra-kv", hint);
         addkv = add_rule(c, h, fmt("\"\\\"\" %s \"\\\"\" space \":\" space %s", k, addl_value));
         free(k);
-        if (addkv == NULL) {
-            free(opt);
-            goto out;
-        }
+        if (addkv == NULL) goto out;
     }
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "\"{\" space");
-    bool any_req = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!is_req[i]) continue;
-        gbuf_printf(&b, any_req ? " \",\" space %s" : " %s", kv[i]);
-        any_req = true;
+    /* Keys in property order, required ones always, optional ones maybe, extra keys after them:
+     *   S_i: the rest after something was written (each key with its comma),
+     *   F_i: the rest when nothing was written yet.
+     * Both as chains of rules, so the size stays linear in the number of keys. */
+    char *S = addkv ? fmt("(\",\" space %s)*", addkv) : dup("\"\"");
+    char *F = addkv ? fmt("(%s (\",\" space %s)*)?", addkv, addkv) : dup("\"\"");
+    for (size_t i = n; i-- > 0 && S && F;) {
+        if (kv[i] == NULL) continue;
+        char h[128];
+        snprintf(h, sizeof h, "%.100s-f", hint);
+        char *f = add_rule(c, h, is_req[i] ? fmt("%s %s", kv[i], S) : fmt("%s %s | %s", kv[i], S, F));
+        snprintf(h, sizeof h, "%.100s-s", hint);
+        char *sn = add_rule(c, h, is_req[i] ? fmt("\",\" space %s %s", kv[i], S) : fmt("(\",\" space %s)? %s", kv[i], S));
+        free(S);
+        free(F);
+        S = sn;
+        F = f;
     }
-    if (any_req) {
-        if (opt) gbuf_printf(&b, " (\",\" space %s)?", opt);
-        if (addkv) gbuf_printf(&b, " (\",\" space %s)*", addkv);
-    } else if (opt || addkv) {
-        gbuf_puts(&b, " (");
-        if (opt) gbuf_printf(&b, "%s%s", opt, addkv ? "" : "");
-        if (opt && addkv) gbuf_printf(&b, " (\",\" space %s)* | ", addkv);
-        if (addkv) gbuf_printf(&b, "%s (\",\" space %s)*", addkv, addkv);
-        gbuf_puts(&b, ")?");
-    }
-    gbuf_puts(&b, " \"}\" space");
-    free(opt);
+    char *body = S && F ? fmt("\"{\" space %s \"}\" space", F) : NULL;
+    free(S);
+    free(F);
     free(addkv);
     for (size_t i = 0; i < n; i++) free(kv[i]);
     free(kv);
     free(is_req);
     free(keys);
     free(addl_value);
-    return gbuf_take(c, &b);
+    return body ? body : fail(c, ptr, "out of memory");
 oom:
     fail(c, ptr, "out of memory");
 out:
