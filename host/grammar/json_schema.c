@@ -204,7 +204,7 @@ static void prim(sc *c, const char *name) {
     if (c->failed || name_taken(c, name)) return;
     if (strcmp(name, "space") == 0) {
         const char *ws = c->o.whitespace == SY_SCHEMA_WS_FLEXIBLE ? "| \" \" | \"\\n\" [ \\t]{0,20}" : "\"\"";
-        add_rule_named(c, dup("space"), dup(ws));
+        free(add_rule_named(c, dup("space"), dup(ws)));
         return;
     }
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++) {
