@@ -1070,12 +1070,25 @@ static int grammar_token(sy_grammar_state *st, int32_t tok, bool commit) {
     const sy_grammar_vocab *v = st->v;
     struct gmemo *m = st->m;
     if (v->kind[tok] == SY_GRAMMAR_TOKEN_EOG) {
-        if (!sy_grammar_state_can_end(st)) {
+        /* an end token ends the grammar where it is complete, unless a reference names it: then it is matched */
+        pthread_mutex_lock(&m->mu);
+        memo_maybe_flush(m);
+        int64_t s = state_sid(st);
+        bool ref = s >= 0 && m->sets[s].has_token_top;
+        if (ref) s = advance_token(m, v, (uint32_t)s, tok);
+        int rc = 0;
+        if (ref && s >= 0) {
+            if (commit) rc = state_store(st, (uint32_t)s);
+        } else if (ref && s < TR_DEAD) {
+            rc = set_state_error(st, (int)s, "token failed");
+        } else if (sy_grammar_state_can_end(st)) {
+            if (commit) st->finished = true;
+        } else {
             snprintf(st->err, sizeof st->err, "end of generation token %d before the grammar is complete", tok);
-            return SY_GRAMMAR_EREJECT;
+            rc = SY_GRAMMAR_EREJECT;
         }
-        if (commit) st->finished = true;
-        return 0;
+        pthread_mutex_unlock(&m->mu);
+        return rc;
     }
     pthread_mutex_lock(&m->mu);
     memo_maybe_flush(m);

@@ -258,10 +258,36 @@ static char *gbuf_take(sc *c, gbuf *b) {
     return b->p;
 }
 
+/* Strict UTF-8 (cJSON passes any bytes through strings; a grammar literal must be text). */
+static bool utf8_ok(const char *s) {
+    const uint8_t *u = (const uint8_t *)s;
+    while (*u) {
+        if (u[0] < 0x80) {
+            u++;
+            continue;
+        }
+        int n = (u[0] & 0xE0) == 0xC0 ? 1 : (u[0] & 0xF0) == 0xE0 ? 2 : (u[0] & 0xF8) == 0xF0 ? 3 : -1;
+        if (n < 0) return false;
+        uint32_t v = u[0] & (0x3F >> n);
+        for (int i = 1; i <= n; i++) {
+            if ((u[i] & 0xC0) != 0x80) return false;
+            v = (v << 6) | (u[i] & 0x3F);
+        }
+        static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+        if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return false;
+        u += n + 1;
+    }
+    return true;
+}
+
 /* A literal for the compact JSON text of v, followed by space. */
 static char *json_literal(sc *c, const cJSON *v) {
     char *text = cJSON_PrintUnformatted(v);
     if (text == NULL) return fail(c, NULL, "out of memory");
+    if (!utf8_ok(text)) {
+        free(text);
+        return fail(c, NULL, "enum/const value is not valid UTF-8");
+    }
     gbuf b = {.ok = true};
     lit(&b, text, strlen(text));
     gbuf_puts(&b, " space");
@@ -1372,7 +1398,8 @@ static char *object_rule(sc *c, const cJSON *s, const char *hint, const char *pt
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl))
         return fail(c, ptr, "'additionalProperties' must be a boolean or a schema");
     const cJSON *r;
-    cJSON_ArrayForEach(r, req) if (!cJSON_IsString(r)) return fail(c, ptr, "'required' must list strings");
+    cJSON_ArrayForEach(r, req) if (!cJSON_IsString(r) || !utf8_ok(r->valuestring))
+        return fail(c, ptr, "'required' must list strings of valid UTF-8");
     bool extra = addl ? !cJSON_IsFalse(addl) : c->o.additional_properties_default;
     prim(c, "space");
 
@@ -1393,6 +1420,10 @@ static char *object_rule(sc *c, const cJSON *s, const char *hint, const char *pt
         if (addl_value == NULL) goto out;
     }
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next) {
+        if (!utf8_ok(p->string)) {
+            fail(c, ptr, "property name is not valid UTF-8");
+            goto out;
+        }
         bool rq = false;
         cJSON_ArrayForEach(r, req) rq = rq || strcmp(r->valuestring, p->string) == 0;
         keys[n] = p->string;

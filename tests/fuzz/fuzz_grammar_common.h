@@ -90,7 +90,7 @@ static size_t fz_generate(sy_grammar *g, uint64_t seed, int steps, char *out, si
         CHECK(rc == 0 || rc == SY_GRAMMAR_ELIMIT);
         if (rc != 0) break;
         toks[(*n_toks)++] = tok;
-        if (tok == 256) {
+        if (tok == 256 && sy_grammar_state_is_final(st)) { /* an end token (a reference to it goes on) */
             *ended = 1;
             break;
         }

@@ -455,6 +455,19 @@ static void token_references(void **state) {
     sy_grammar_state_free(st);
     sy_grammar_free(g);
 
+    /* an end token named by a reference is matched, not an end */
+    g = compile_ok("root ::= \"a\" <[256]> \"b\"");
+    st = state_of(g, bytes_v);
+    assert_int_equal(sy_grammar_state_accept_token(st, 256), SY_GRAMMAR_EREJECT);
+    assert_int_equal(sy_grammar_state_accept_token(st, 'a'), 0);
+    assert_int_equal(sy_grammar_state_mask(st, bits), 1);
+    assert_int_equal(sy_grammar_state_accept_token(st, 256), 0);
+    assert_false(sy_grammar_state_is_final(st));
+    assert_int_equal(sy_grammar_state_accept_token(st, 'b'), 0);
+    assert_true(sy_grammar_state_can_end(st));
+    sy_grammar_state_free(st);
+    sy_grammar_free(g);
+
     /* a text reference that is no single token fails at state creation; an id past the vocabulary too */
     char err[256];
     g = compile_ok("root ::= <nothing-like-this>");

@@ -319,6 +319,13 @@ static void grammar_text(void **state) {
             free(gbnf);
             cJSON_Delete(s);
         }
+    /* text that is not UTF-8 cannot become a grammar literal */
+    cJSON *bad = cJSON_CreateObject();
+    cJSON *en = cJSON_AddArrayToObject(bad, "enum");
+    cJSON_AddItemToArray(en, cJSON_CreateString("\xff\xfe"));
+    assert_true(sy_json_schema_to_gbnf(bad, NULL, &gbnf, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "UTF-8"));
+    cJSON_Delete(bad);
     /* null and bad arguments */
     assert_int_equal(sy_json_schema_to_gbnf(NULL, NULL, &gbnf, err, sizeof err) < 0, 1);
     assert_null(gbnf);
