@@ -1866,6 +1866,10 @@ static char *visit(sc *c, const cJSON *s, const char *hint, const char *ptr) {
     }
     char *r = visit_inner(c, s, hint, ptr);
     c->depth--;
+    if (c->failed) { /* a failure deep inside wins over whatever text was assembled around it */
+        free(r);
+        return NULL;
+    }
     if (r == NULL && !c->failed) fail(c, ptr, "out of memory");
     return r;
 }
@@ -1885,7 +1889,8 @@ static void sc_free(sc *c) {
 }
 
 static int finish(sc *c, char *root_body, char **gbnf) {
-    if (root_body == NULL) {
+    if (root_body == NULL || c->failed) {
+        free(root_body);
         sc_free(c);
         return SY_GRAMMAR_EINVAL;
     }

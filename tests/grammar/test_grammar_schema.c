@@ -326,6 +326,11 @@ static void grammar_text(void **state) {
     assert_true(sy_json_schema_to_gbnf(bad, NULL, &gbnf, err, sizeof err) < 0);
     assert_non_null(strstr(err, "UTF-8"));
     cJSON_Delete(bad);
+    bad = cJSON_CreateObject();
+    cJSON_AddStringToObject(bad, "const", "fix\xd7" "ed");
+    assert_true(sy_json_schema_to_gbnf(bad, NULL, &gbnf, err, sizeof err) < 0);
+    assert_null(gbnf);
+    cJSON_Delete(bad);
     /* null and bad arguments */
     assert_int_equal(sy_json_schema_to_gbnf(NULL, NULL, &gbnf, err, sizeof err) < 0, 1);
     assert_null(gbnf);
