@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/option_schema.h"
 #include "plugins/host_api.h"
 #include "base/util.h"
 
@@ -122,6 +123,18 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
                SY_DRAFTER_INTERFACE_ID);
         dlclose(handle);
         return;
+    }
+    /* A 1.1 plugin cannot know the id. A malformed schema refuses the plugin: the host would misread its keys. */
+    if (entry->abi_minor >= 2) {
+        char why[320];
+        plugin.options = entry->get_interface(SY_PLUGIN_OPTIONS_INTERFACE_ID);
+        if (plugin.options != NULL && sy_option_schema_check(plugin.options, why, sizeof why) != 0) {
+            if (entry->deinit) entry->deinit();
+            free(plugin.path);
+            refuse(reg, path, "%s: %s", SY_PLUGIN_OPTIONS_INTERFACE_ID, why);
+            dlclose(handle);
+            return;
+        }
     }
     size_t n = atomic_load_explicit(&reg->n_plugins, memory_order_relaxed); /* the only writer */
     if (reg->plugins == NULL) reg->plugins = calloc(SY_PLUGIN_MAX, sizeof *reg->plugins);
