@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "engine/speculative.h"
 
 /* Resolves the plugin directory into dir_out; -1 (with a message) when there is none. */
 static int resolve_plugin_dir(const char *explicit_dir, char *dir_out, size_t dir_size) {
@@ -55,6 +58,42 @@ int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, cons
     }
     usage(stderr);
     return 2;
+}
+
+/* The engine sy_loaded_model_open would pick for path, or NULL (then it says why). */
+static const sy_plugin *choose_engine(const sy_plugin_registry *reg, const char *plugin, const char *path) {
+    if (plugin != NULL) return sy_plugin_registry_need(reg, plugin);
+    size_t i = 0;
+    do {
+        for (; i < reg->n_plugins; i++) {
+            const sy_plugin *p = &reg->plugins[i];
+            if (p->engine != NULL && p->engine->probe(path) == SY_OK) return p;
+        }
+    } while (sy_plugin_registry_load_next(reg));
+    return NULL;
+}
+
+int sy_cli_open_model(const char *verb, const sy_plugin_registry *reg, const char *plugin, const char *path,
+                      const char *draft_spec, sy_engine_options *eo, sy_loaded_model *lm) {
+    char err[1024];
+    const sy_plugin *p = access(path, F_OK) == 0 ? choose_engine(reg, plugin, path) : NULL;
+    if (p != NULL && eo->n_items > 0) {
+        const sy_plugin *d = NULL;
+        if (draft_spec != NULL) {
+            /* "model:PATH" names a file here; any model: spec finds the same drafter */
+            d = sy_speculator_plugin_for(reg, strncmp(draft_spec, "model:", 6) == 0 ? "model:draft" : draft_spec);
+        }
+        if (sy_engine_options_check(eo, p, d, err, sizeof err) != 0) {
+            sy_cli_error(verb, "%s", err);
+            return -1;
+        }
+    }
+    if (sy_loaded_model_open(reg, p != NULL ? p->entry->name : plugin, path, eo->items, eo->n_items, lm, err,
+                             sizeof err) != 0) {
+        sy_cli_error(verb, "%s", err);
+        return -1;
+    }
+    return 0;
 }
 
 void sy_cli_error(const char *verb, const char *fmt, ...) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "plugins/engine_options.h"
+#include "plugins/loaded_model.h"
 #include "plugins/plugin_loader.h"
 
 /* Resolve the plugin directory (explicit, else SY_PLUGIN_DIR, else beside the executable) and load it.
@@ -26,6 +27,12 @@ int sy_cli_load_plugin_named(const char *explicit_dir, const char *only, sy_plug
  * eo); otherwise the verb's exit status, after one message: 1 for a bad value, 2 (with usage on stderr) for an
  * unknown option. */
 int sy_cli_engine_option(const char *verb, sy_engine_options *eo, int code, const char *arg, void (*usage)(FILE *));
+
+/* Opens the model of a verb: with the plugin named, else the first engine whose probe accepts `path`. The engine
+ * options are first checked against the options that plugin (and, with a drafter spec, the drafter's plugin)
+ * declares, so a misspelt flag fails before any work. 0, or -1 after one message. */
+int sy_cli_open_model(const char *verb, const sy_plugin_registry *reg, const char *plugin, const char *path,
+                      const char *draft_spec, sy_engine_options *eo, sy_loaded_model *lm);
 
 /* Print "switchyard <verb>: message" to stderr. */
 void sy_cli_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

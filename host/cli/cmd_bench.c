@@ -249,14 +249,13 @@ int sy_cmd_bench(int argc, char **argv) {
         if (strcmp(eo.items[i].key, "threads") == 0) threads = (uint32_t)strtoul(eo.items[i].value, NULL, 10);
 
     sy_plugin_registry reg = {0};
-    char dir[4096], err[1024];
+    char dir[4096];
     if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
     sy_loaded_model lm;
     bench_result r;
     memset(&r, 0, sizeof r);
     double t = sy_now_seconds();
-    if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
-        sy_cli_error("bench", "%s", err);
+    if (sy_cli_open_model("bench", &reg, plugin, model_path, NULL, &eo, &lm) != 0) {
         sy_plugin_registry_close(&reg);
         goto done;
     }

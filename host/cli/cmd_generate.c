@@ -199,8 +199,7 @@ int sy_cmd_generate(int argc, char **argv) {
 
     sy_loaded_model lm;
     double t_load = sy_now_seconds();
-    if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
-        sy_cli_error("generate", "%s", err);
+    if (sy_cli_open_model("generate", &reg, plugin, model_path, draft, &eo, &lm) != 0) {
         sy_plugin_registry_close(&reg);
         goto done;
     }

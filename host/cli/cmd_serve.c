@@ -21,6 +21,7 @@
 #include "http/http_server.h"
 #include "base/log.h"
 #include "api/metrics.h"
+#include "manager/config_check.h"
 #include "manager/model_manager.h"
 #include "base/util.h"
 
@@ -62,6 +63,7 @@ typedef struct serve_state {
     char listen[300];          /* the address in effect */
     sy_model_manager *mm;
     sy_api_context *api;
+    const sy_plugin_registry *reg; /* the engine keys of a reloaded config are checked against its plugins */
     struct stat config_stat;   /* for --watch-config */
     bool config_stat_ok;
 } serve_state;
@@ -86,6 +88,7 @@ static void reload_config(serve_state *st, const char *why) {
     sy_log(SY_LOG_INFO, "reloading %s (%s)", st->config_path, why);
     st->config_stat_ok = stat(st->config_path, &st->config_stat) == 0;
     sy_config *cfg = sy_config_load_file(st->config_path);
+    if (sy_config_ok(cfg)) sy_config_check_plugin_options(cfg, st->reg);
     sy_config_print_diagnostics(cfg, stderr);
     if (!sy_config_ok(cfg)) {
         sy_log(SY_LOG_ERROR, "%s has errors; the running configuration stays in effect", st->config_path);
@@ -177,8 +180,8 @@ int sy_cmd_serve(int argc, char **argv) {
 
     st.config_stat_ok = stat(st.config_path, &st.config_stat) == 0;
     sy_config *cfg = sy_config_load_file(st.config_path);
-    sy_config_print_diagnostics(cfg, stderr);
     if (!sy_config_ok(cfg)) {
+        sy_config_print_diagnostics(cfg, stderr);
         sy_cli_error("serve", "%s has errors (above); nothing was started", st.config_path);
         sy_config_free(cfg);
         return 1;
@@ -194,6 +197,16 @@ int sy_cmd_serve(int argc, char **argv) {
     char dir[4096];
     if (sy_cli_open_plugins_lazy(plugin_dir ? plugin_dir : cfg->host.plugin_dir, &reg, dir, sizeof dir) != 0) {
         sy_config_free(cfg);
+        return 1;
+    }
+    st.reg = &reg;
+    /* Only models with engine keys ask their plugins, so this loads just the plugins those name. */
+    sy_config_check_plugin_options(cfg, &reg);
+    sy_config_print_diagnostics(cfg, stderr);
+    if (!sy_config_ok(cfg)) {
+        sy_cli_error("serve", "%s has errors (above); nothing was started", st.config_path);
+        sy_config_free(cfg);
+        sy_plugin_registry_close(&reg);
         return 1;
     }
 

@@ -95,8 +95,7 @@ int sy_cmd_tokenize(int argc, char **argv) {
     char dir[4096], err[1024];
     if (sy_cli_load_plugin_named(plugin_dir, plugin, &reg, dir, sizeof dir) != 0) goto done;
     sy_loaded_model lm;
-    if (sy_loaded_model_open(&reg, plugin, model_path, eo.items, eo.n_items, &lm, err, sizeof err) != 0) {
-        sy_cli_error("tokenize", "%s", err);
+    if (sy_cli_open_model("tokenize", &reg, plugin, model_path, NULL, &eo, &lm) != 0) {
         sy_plugin_registry_close(&reg);
         goto done;
     }

@@ -14,6 +14,7 @@
 #include "config/config.h"
 
 #include "base/log.h"
+#include "base/option_schema.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -39,17 +40,13 @@ typedef enum value_type {
     V_LOG_LEVEL,
     V_DRAFT,
     V_NAME_LIST, /* aliases, members */
-    V_KEY_LIST,  /* api_keys */
-    V_PATH_LIST  /* kv_cache_dir */
+    V_KEY_LIST   /* api_keys */
 } value_type;
-
-/* A key whose value is not stored in a struct field but passed to the engine as an option. */
-#define ENGINE_OPTION SIZE_MAX
 
 typedef struct key_spec {
     const char *name;
     value_type type;
-    size_t offset; /* of the field in the section's struct, or ENGINE_OPTION */
+    size_t offset; /* of the field in the section's struct */
     uint64_t min, max;
 } key_spec;
 
@@ -93,14 +90,8 @@ static const key_spec model_keys[] = {
     {"max_queue", V_U32, MODEL_FIELD(max_queue), 0, 65536},
     {"queue_timeout", V_SECONDS, MODEL_FIELD(queue_timeout_s), 0, 86400},
     {"prefix_cache_tokens", V_U32, MODEL_FIELD(prefix_cache_tokens), 0, (uint64_t)1 << 24},
-    /* Engine options: checked here, passed to the plugin's load() as key=value. */
-    {"threads", V_U32, ENGINE_OPTION, 1, 1024},
-    {"ctx_size", V_U32, ENGINE_OPTION, 0, (uint64_t)1 << 24},
-    {"kv_cache_dir", V_PATH_LIST, ENGINE_OPTION, 0, 0},
-    {"kv_max_tokens", V_U32, ENGINE_OPTION, 0, (uint64_t)1 << 30},
-    {"kv_buffer_mb", V_U32, ENGINE_OPTION, 0, (uint64_t)1 << 20},
-    {"keep_kv_cache", V_BOOL, ENGINE_OPTION, 0, 0},
-    {"backend", V_IDENT, ENGINE_OPTION, 0, 0},
+    /* Every other key is a load option of the model's plugin, checked against what the plugin declares
+     * ("sy.plugin.options/1") by sy_config_check_options. */
 };
 
 static const key_spec group_keys[] = {
@@ -116,7 +107,8 @@ _Static_assert(COUNT_OF(host_keys) <= MAX_SECTION_KEYS, "seen[] too small");
 _Static_assert(COUNT_OF(model_keys) <= MAX_SECTION_KEYS, "seen[] too small");
 _Static_assert(COUNT_OF(group_keys) <= MAX_SECTION_KEYS, "seen[] too small");
 
-/* Prefix of engine options passed through unchecked, for plugin-specific keys. */
+/* engine.KEY is the load option KEY: for configs written before plugins declared their options, and for an
+ * option named like a model key (lfm2-cuda's "parallel"). */
 #define ENGINE_PREFIX "engine."
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -168,6 +160,7 @@ typedef struct parse_ctx {
 
     /* The key an indented line would continue; NULL when continuation lines are to be skipped. */
     const key_spec *last_spec;
+    size_t last_raw; /* or the engine key of the model (an index into raw_options); SIZE_MAX when none */
 } parse_ctx;
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -505,6 +498,35 @@ static bool add_option(parse_ctx *c, sy_config_model *m, const char *key, const 
     return true;
 }
 
+/* An engine key of a model, kept as written until its plugin's options are known (sy_config_check_options). */
+static void add_raw_option(parse_ctx *c, sy_config_model *m, const char *written, const char *key, const char *value) {
+    for (size_t i = 0; i < m->n_raw_options; i++) {
+        const sy_config_raw_option *r = &m->raw_options[i];
+        if (strcmp(r->key, key) != 0) continue;
+        if (strcmp(r->written, written) == 0)
+            key_error(c, written, "given twice (first at line %u)", r->line);
+        else
+            key_error(c, written, "the engine option '%s' is given twice (first at line %u, as '%s')", key, r->line,
+                      r->written);
+        return;
+    }
+    if (m->n_raw_options >= SY_CONFIG_MAX_OPTIONS) {
+        key_error(c, written, "more than %d engine options", SY_CONFIG_MAX_OPTIONS);
+        return;
+    }
+    m->raw_options = sy_xrealloc(m->raw_options, (m->n_raw_options + 1) * sizeof *m->raw_options);
+    sy_config_raw_option *r = &m->raw_options[m->n_raw_options];
+    r->written = sy_strdup(written);
+    r->key = sy_strdup(key);
+    r->value = sy_strdup(value);
+    r->line = c->lineno;
+    r->continued = 0;
+    r->n_items = 1;
+    for (const char *p = value; *p; p++) r->n_items += *p == ',';
+    c->last_raw = m->n_raw_options++;
+    c->cfg->options_unchecked = true;
+}
+
 /* The struct the current section's keys go to. */
 static void *section_object(parse_ctx *c) {
     switch (c->section) {
@@ -515,28 +537,9 @@ static void *section_object(parse_ctx *c) {
     }
 }
 
-/* One item of a list value: checked, then appended to the list (or, for kv_cache_dir, to the option). */
+/* One item of a list value: checked, then appended to the list. */
 static void add_list_item(parse_ctx *c, const key_spec *spec, void *obj, const char *item) {
     char q[QUOTE_BUF];
-    if (spec->type == V_PATH_LIST) {
-        char *path = resolve_path(c, spec->name, item);
-        if (path == NULL) return;
-        sy_config_model *m = obj;
-        sy_option *opt = find_option(m, spec->name);
-        if (opt == NULL) {
-            add_option(c, m, spec->name, path);
-        } else {
-            size_t a = strlen(opt->value), b = strlen(path);
-            char *joined = sy_xmalloc(a + b + 2);
-            memcpy(joined, opt->value, a);
-            joined[a] = ',';
-            memcpy(joined + a + 1, path, b + 1);
-            free((void *)opt->value);
-            opt->value = joined;
-        }
-        free(path);
-        return;
-    }
     sy_config_list *list = (sy_config_list *)((char *)obj + spec->offset);
     if (spec->type == V_KEY_LIST) {
         if (!is_api_key(item)) {
@@ -570,12 +573,7 @@ static void add_list_item(parse_ctx *c, const key_spec *spec, void *obj, const c
 
 /* Items a list key holds so far. */
 static size_t list_item_count(const key_spec *spec, void *obj) {
-    if (spec->type != V_PATH_LIST) return ((sy_config_list *)((char *)obj + spec->offset))->count;
-    const sy_option *opt = find_option(obj, spec->name);
-    if (opt == NULL) return 0;
-    size_t n = 1;
-    for (const char *p = opt->value; *p; p++) n += *p == ',';
-    return n;
+    return ((sy_config_list *)((char *)obj + spec->offset))->count;
 }
 
 static void set_list(parse_ctx *c, const key_spec *spec, void *obj, const char *value) {
@@ -636,11 +634,7 @@ static void set_number(parse_ctx *c, const key_spec *spec, void *obj, const char
                       spec->type == V_SECONDS ? " seconds" : "");
         return;
     }
-    if (spec->offset == ENGINE_OPTION) {
-        char text[32];
-        snprintf(text, sizeof text, "%llu", (unsigned long long)v);
-        add_option(c, obj, spec->name, text);
-    } else if (spec->type == V_SIZE) {
+    if (spec->type == V_SIZE) {
         *(uint64_t *)((char *)obj + spec->offset) = v;
     } else {
         *(uint32_t *)((char *)obj + spec->offset) = (uint32_t)v;
@@ -649,7 +643,7 @@ static void set_number(parse_ctx *c, const key_spec *spec, void *obj, const char
 
 static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char *value) {
     char q[QUOTE_BUF];
-    char *field_addr = (char *)obj + (spec->offset == ENGINE_OPTION ? 0 : spec->offset);
+    char *field_addr = (char *)obj + spec->offset;
     switch (spec->type) {
     case V_BOOL: {
         bool b;
@@ -657,10 +651,7 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
             key_error(c, spec->name, "%s is not true or false", quoted(value, q, sizeof q));
             return;
         }
-        if (spec->offset == ENGINE_OPTION)
-            add_option(c, obj, spec->name, b ? "1" : "0"); /* as the command line passes them */
-        else
-            *(bool *)field_addr = b;
+        *(bool *)field_addr = b;
         return;
     }
     case V_U32:
@@ -672,10 +663,7 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
                       quoted(value, q, sizeof q));
             return;
         }
-        if (spec->offset == ENGINE_OPTION)
-            add_option(c, obj, spec->name, value);
-        else
-            set_string((char **)field_addr, sy_strdup(value));
+        set_string((char **)field_addr, sy_strdup(value));
         return;
     case V_NAME:
         if (!is_name(value)) {
@@ -727,8 +715,7 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
         return;
     }
     case V_NAME_LIST:
-    case V_KEY_LIST:
-    case V_PATH_LIST: set_list(c, spec, obj, value); return;
+    case V_KEY_LIST: set_list(c, spec, obj, value); return;
     }
 }
 
@@ -772,6 +759,7 @@ static void begin_section(parse_ctx *c, const char *raw, size_t raw_len) {
     c->section = SEC_IGNORED;
     c->seen = NULL;
     c->last_spec = NULL;
+    c->last_raw = SIZE_MAX;
     snprintf(c->section_label, sizeof c->section_label, "%.80s%s", name, raw_len > 80 ? "..." : "");
     const unsigned line = c->lineno;
     char q[QUOTE_BUF];
@@ -866,6 +854,7 @@ static void begin_section(parse_ctx *c, const char *raw, size_t raw_len) {
 static void on_key(parse_ctx *c, const char *key, const char *value) {
     char q[QUOTE_BUF];
     c->last_spec = NULL;
+    c->last_raw = SIZE_MAX;
     if (key[0] == '\0') {
         key_error(c, NULL, "a key name is missing before '='");
         return;
@@ -899,13 +888,15 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
                                 "max_connections bounds the connections");
         return;
     }
-    if (c->section == SEC_MODEL && strncmp(key, ENGINE_PREFIX, strlen(ENGINE_PREFIX)) == 0) {
-        const char *option = key + strlen(ENGINE_PREFIX);
+    if (c->section == SEC_MODEL) {
+        const bool prefixed = strncmp(key, ENGINE_PREFIX, strlen(ENGINE_PREFIX)) == 0;
+        const char *option = prefixed ? key + strlen(ENGINE_PREFIX) : key;
         if (!is_ident(option)) {
-            key_error(c, key, "'%s' is not an option name (1 to 64 letters, digits, '.', '_' or '-')", option);
+            key_error(c, key, "%s is not an option name (1 to 64 letters, digits, '.', '_' or '-')",
+                      quoted(option, q, sizeof q));
             return;
         }
-        add_option(c, obj, option, value);
+        add_raw_option(c, obj, key, option, value);
         return;
     }
     key_warning(c, key, "unknown key is ignored");
@@ -914,8 +905,29 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
 /* An indented line after a key: more of that key's value. */
 static void on_continuation(parse_ctx *c, const char *value) {
     const key_spec *spec = c->last_spec;
+    if (spec == NULL && c->last_raw != SIZE_MAX) {
+        /* Whether the option takes a list is known once its plugin is asked: kept, checked then. */
+        sy_config_raw_option *r = &c->cfg->models[c->index].raw_options[c->last_raw];
+        if (*value == '\0') return;
+        size_t a = strlen(r->value), b = strlen(value), items = 1;
+        for (const char *p = value; *p; p++) items += *p == ',';
+        if (r->n_items + items > SY_CONFIG_MAX_LIST_ITEMS) {
+            key_error(c, r->written, "more than %d items", SY_CONFIG_MAX_LIST_ITEMS);
+            c->last_raw = SIZE_MAX; /* one message is enough */
+            return;
+        }
+        char *joined = sy_xmalloc(a + b + 2);
+        memcpy(joined, r->value, a);
+        joined[a] = ',';
+        memcpy(joined + a + 1, value, b + 1);
+        free(r->value);
+        r->value = joined;
+        r->n_items += items;
+        if (r->continued == 0) r->continued = c->lineno;
+        return;
+    }
     if (spec == NULL) return; /* the key was unknown, repeated or in a skipped section: already reported */
-    if (spec->type == V_NAME_LIST || spec->type == V_KEY_LIST || spec->type == V_PATH_LIST) {
+    if (spec->type == V_NAME_LIST || spec->type == V_KEY_LIST) {
         set_list(c, spec, section_object(c), value);
         return;
     }
@@ -1291,6 +1303,7 @@ static void parse_text(sy_config *cfg, const char *text, size_t len) {
     c.text = text;
     c.len = len;
     c.section = SEC_NONE;
+    c.last_raw = SIZE_MAX;
     if (len > SY_CONFIG_MAX_BYTES) {
         diag(&c, true, 0, NULL, NULL, "the file is %zu bytes; the limit is %zu", len, SY_CONFIG_MAX_BYTES);
         return;
@@ -1392,6 +1405,12 @@ void sy_config_free(sy_config *cfg) {
             free((void *)m->options[j].value);
         }
         free(m->options);
+        for (size_t j = 0; j < m->n_raw_options; j++) {
+            free(m->raw_options[j].written);
+            free(m->raw_options[j].key);
+            free(m->raw_options[j].value);
+        }
+        free(m->raw_options);
     }
     free(cfg->models);
     for (size_t i = 0; i < cfg->n_groups; i++) {
@@ -1434,4 +1453,126 @@ const char *sy_config_model_option(const sy_config_model *model, const char *key
     for (size_t i = 0; i < model->n_options; i++)
         if (strcmp(model->options[i].key, key) == 0) return model->options[i].value;
     return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Engine keys against the options the plugins declare
+ */
+
+/* A path list: comma-separated, blanks around items dropped, empty items skipped, each resolved; comma-joined. */
+static char *resolve_path_list(parse_ctx *c, const char *key, const char *value) {
+    char *copy = sy_strdup(value), *joined = NULL;
+    size_t len = 0, items = 0;
+    bool ok = true;
+    for (char *p = copy; ok && p != NULL;) {
+        char *comma = strchr(p, ',');
+        if (comma != NULL) *comma = '\0';
+        char *start = p, *end = p + strlen(p);
+        while (is_blank(*start)) start++;
+        while (end > start && is_blank(end[-1])) *--end = '\0';
+        if (*start != '\0') {
+            char *path = items < SY_CONFIG_MAX_LIST_ITEMS ? resolve_path(c, key, start) : NULL;
+            if (items >= SY_CONFIG_MAX_LIST_ITEMS) key_error(c, key, "more than %d items", SY_CONFIG_MAX_LIST_ITEMS);
+            if (path == NULL) {
+                ok = false;
+            } else {
+                size_t n = strlen(path);
+                joined = sy_xrealloc(joined, len + n + 2);
+                if (len > 0) joined[len++] = ',';
+                memcpy(joined + len, path, n + 1);
+                len += n;
+                items++;
+                free(path);
+            }
+        }
+        p = comma != NULL ? comma + 1 : NULL;
+    }
+    free(copy);
+    if (ok && items == 0) {
+        key_error(c, key, "the list of paths is empty");
+        ok = false;
+    }
+    if (!ok) {
+        free(joined);
+        return NULL;
+    }
+    return joined;
+}
+
+static void check_raw_option(parse_ctx *c, sy_config_model *m, const sy_config_raw_option *r,
+                             const sy_option_spec *spec) {
+    if (r->continued != 0 && spec->type != SY_OPTION_PATH_LIST) {
+        c->lineno = r->continued;
+        key_error(c, r->written,
+                  "this indented line continues the value of '%s', which takes a single value (remove the "
+                  "indentation to start a new key)",
+                  r->written);
+        return;
+    }
+    char *resolved = NULL;
+    const char *value = NULL;
+    char norm[SY_OPTION_NORM_MAX], why[320];
+    if (spec->type == SY_OPTION_PATH)
+        value = resolved = resolve_path(c, r->written, r->value);
+    else if (spec->type == SY_OPTION_PATH_LIST)
+        value = resolved = resolve_path_list(c, r->written, r->value);
+    else if ((value = sy_option_value_check(spec, r->value, norm, why, sizeof why)) == NULL)
+        key_error(c, r->written, "%s", why);
+    if (value != NULL) add_option(c, m, r->key, value);
+    free(resolved);
+}
+
+void sy_config_check_options(sy_config *cfg, sy_config_schema_fn schema_of, void *user) {
+    if (cfg == NULL || !cfg->options_unchecked) return;
+    cfg->options_unchecked = false;
+    parse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cfg = cfg;
+    c.section = SEC_MODEL;
+    sy_config_option_schema *schema = sy_xmalloc(sizeof *schema);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        sy_config_model *m = &cfg->models[i];
+        /* A model without a plugin has its error already: there is no one to ask. */
+        if (m->n_raw_options == 0 || m->plugin == NULL) continue;
+        memset(schema, 0, sizeof *schema);
+        if (schema_of != NULL) schema_of(user, m, schema);
+        if (schema->n_specs > SY_CONFIG_MAX_SCHEMA) schema->n_specs = SY_CONFIG_MAX_SCHEMA;
+        schema->asked[sizeof schema->asked - 1] = '\0';
+        schema->unchecked[sizeof schema->unchecked - 1] = '\0';
+        snprintf(c.section_label, sizeof c.section_label, "model.%.80s", m->name);
+        for (size_t j = 0; j < m->n_raw_options; j++) {
+            const sy_config_raw_option *r = &m->raw_options[j];
+            c.lineno = r->line;
+            const sy_option_spec *spec = NULL;
+            for (size_t k = 0; k < schema->n_specs && spec == NULL; k++)
+                if (schema->specs[k] != NULL && strcmp(schema->specs[k]->key, r->key) == 0) spec = schema->specs[k];
+            if (spec != NULL) {
+                check_raw_option(&c, m, r, spec);
+            } else if (schema->unchecked[0] != '\0') {
+                /* Nothing to check it against: the plugin reads it or ignores it, as before 1.2. */
+                key_warning(&c, r->written, "passed to the plugin unchecked: %s", schema->unchecked);
+                add_option(&c, m, r->key, r->value);
+            } else {
+                char keys[360];
+                size_t used = 0;
+                keys[0] = '\0';
+                for (size_t k = 0; k < schema->n_specs; k++) {
+                    const char *key = schema->specs[k] ? schema->specs[k]->key : "";
+                    if (used + strlen(key) + 8 >= sizeof keys) {
+                        snprintf(keys + used, sizeof keys - used, ", ...");
+                        break;
+                    }
+                    used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", k ? ", " : "", key);
+                }
+                const char *asked = schema->asked[0] ? schema->asked : m->plugin;
+                bool several = strncmp(asked, "plugins ", 8) == 0;
+                if (schema->n_specs == 0)
+                    key_error(&c, r->written, "not a model key, nor an option of %s (it declares none)", asked);
+                else
+                    key_error(&c, r->written, "not a model key, nor an option of %s (%s options: %s)", asked,
+                              several ? "their" : "its", keys);
+            }
+        }
+    }
+    free(schema);
 }

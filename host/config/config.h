@@ -88,13 +88,27 @@ typedef struct sy_config_model {
     uint32_t max_queue;        /* requests waiting for a free slot; more are refused (429); default 64 */
     uint32_t queue_timeout_s;  /* how long a request may wait for a slot; 0: no limit; default 600 */
     uint32_t prefix_cache_tokens; /* the host prefix cache's budget of parked tokens; 0: off; default 8192 */
-    /* Engine options handed to the plugin's load(), normalized as the command line passes them
-     * ("threads"="8", "keep_kv_cache"="1", kv_cache_dir paths resolved) and engine.KEY options verbatim, in config order.
-     * The strings are owned by the config. */
+    /* Keys of the section that are not model keys (KEY, or engine.KEY for an option named like a model key): the
+     * plugin's load options, as written. sy_config_check_options checks them against what the plugin declares. */
+    struct sy_config_raw_option *raw_options;
+    size_t n_raw_options;
+    /* Engine options handed to the plugin's load(), filled by sy_config_check_options: normalized as the command
+     * line passes them ("threads"="8", bools "1"/"0", paths resolved against the config's folder, path lists
+     * comma-joined), in config order. The strings are owned by the config. */
     sy_option *options;
     size_t n_options;
     unsigned line;             /* of the [model.NAME] header */
 } sy_config_model;
+
+/* An engine key as written in a [model.NAME] section. */
+typedef struct sy_config_raw_option {
+    char *written;      /* the key as written ("engine.threads") */
+    char *key;          /* the option's key ("threads") */
+    char *value;        /* indented continuation lines appended after a comma */
+    unsigned line;      /* of the key */
+    unsigned continued; /* of its first continuation line; 0 if none */
+    size_t n_items;     /* comma-separated items so far, for the list limit */
+} sy_config_raw_option;
 
 /* [group.NAME], or a group that models name without a section (implicit, with the defaults). */
 typedef struct sy_config_group {
@@ -122,6 +136,8 @@ typedef struct sy_config {
     char **warnings;
     size_t n_warnings;
     size_t n_warnings_dropped;
+    /* Some model has engine keys that sy_config_check_options has not checked yet (its options are empty). */
+    bool options_unchecked;
 } sy_config;
 
 /* Load a config file. Never returns NULL (out of memory aborts); check sy_config_ok(). A file that cannot be
@@ -146,6 +162,28 @@ const sy_config_model *sy_config_find_model(const sy_config *cfg, const char *na
 const sy_config_group *sy_config_find_group(const sy_config *cfg, const char *name);
 /* The value of one engine option of a model, or NULL. */
 const char *sy_config_model_option(const sy_config_model *model, const char *key);
+
+/* What the plugins declare for one model's engine keys: the options of its plugin and, when it drafts, of its
+ * drafter plugin. Filled by a sy_config_schema_fn; the specs must stay valid until sy_config_check_options
+ * returns. */
+#define SY_CONFIG_MAX_SCHEMA 512
+typedef struct sy_config_option_schema {
+    const sy_option_spec *specs[SY_CONFIG_MAX_SCHEMA]; /* the first spec of a key wins */
+    size_t n_specs;
+    char asked[160];     /* for messages: "plugin gguf-quant", "plugins gguf-quant, spec-drafter" */
+    char unchecked[256]; /* non-empty: a key no spec names is passed on with a warning saying this, e.g. "plugin
+                          * old-engine (ABI 1.1) declares no options" */
+} sy_config_option_schema;
+
+/* Fills *out (zeroed by the caller) for `model`. */
+typedef void (*sy_config_schema_fn)(void *user, const sy_config_model *model, sy_config_option_schema *out);
+
+/* Checks every model's engine keys against schema_of's answer and fills the models' options: a key no spec
+ * names is an error ("demo.ini:12: [model.qwen] thread: not a model key, nor an option of plugin gguf-quant (its
+ * options: threads, ...)") unless the schema is unchecked; a value is checked against its spec's type and range.
+ * schema_of is called once for each model that has engine keys and a plugin. Runs once: later calls do nothing.
+ * The config layer knows no plugins; the layer that holds the registry supplies schema_of. */
+void sy_config_check_options(sy_config *cfg, sy_config_schema_fn schema_of, void *user);
 
 /* The value parsers the config uses, for command-line options that take the same forms.
  * Each returns 0 on success, -1 (leaving *out alone) when the whole string is not such a value. */

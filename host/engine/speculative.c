@@ -384,6 +384,21 @@ static const sy_plugin *drafter_for(const sy_plugin_registry *reg, const char *s
     return NULL;
 }
 
+const sy_plugin *sy_speculator_plugin_for(const sy_plugin_registry *reg, const char *spec) {
+    if (reg == NULL || spec == NULL || spec[0] == '\0') return NULL;
+    size_t n_drafters = 0;
+    const sy_plugin *pl = drafter_for(reg, spec, &n_drafters);
+    if (pl == NULL && sy_plugin_registry_is_lazy(reg)) {
+        sy_plugin_registry_need(reg, SY_DRAFTER_PLUGIN);
+        pl = drafter_for(reg, spec, &n_drafters);
+        if (pl == NULL) {
+            sy_plugin_registry_need_all(reg);
+            pl = drafter_for(reg, spec, &n_drafters);
+        }
+    }
+    return pl;
+}
+
 sy_speculator *sy_speculator_open(const sy_plugin_registry *reg, const char *spec, const char *target_name,
                                   uint32_t n_vocab, const sy_option *options, size_t n_options,
                                   const sy_speculator_options *opts, char *err, size_t err_size) {

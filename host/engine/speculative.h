@@ -112,6 +112,9 @@ sy_speculator_options sy_speculator_defaults(void);
 /* Wraps a drafter made by `api` (the speculator destroys it). `label` names it in logs ("ngram"). */
 sy_speculator *sy_speculator_create(const sy_drafter_api *api, sy_drafter *drafter, const char *label,
                                     const sy_speculator_options *opts);
+/* The drafter plugin sy_speculator_open would use for `spec` (loading spec-drafter, then the rest, in a lazy
+ * registry), or NULL when none makes it. */
+const sy_plugin *sy_speculator_plugin_for(const sy_plugin_registry *reg, const char *spec);
 /* Finds a drafter plugin in reg that supports `spec` and creates its drafter for the target `target_name`
  * (published with sy_host_publish_model for model drafters) with n_vocab tokens. NULL with err set when no plugin
  * supports the spec or the drafter refuses (e.g. a draft model with another tokenizer). */

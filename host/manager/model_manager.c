@@ -577,6 +577,10 @@ static void enforce_budget(sy_model_manager *mm, mm_model *loaded) {
 
 sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_registry *reg) {
     if (cfg == NULL || reg == NULL || !sy_config_ok(cfg)) return NULL;
+    if (cfg->options_unchecked) { /* its models' options are still empty: sy_config_check_plugin_options first */
+        sy_log(SY_LOG_ERROR, "%s: the engine keys were not checked against the plugins' options", cfg->source);
+        return NULL;
+    }
     sy_model_manager *mm = sy_xcalloc(1, sizeof *mm);
     mm->reg = reg;
     pthread_mutex_init(&mm->lock, NULL);
@@ -1084,6 +1088,10 @@ int sy_model_manager_set_ttl(sy_model_manager *mm, const char *name_or_alias, in
 
 int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     if (mm == NULL || !sy_config_ok(cfg)) return -1;
+    if (cfg->options_unchecked) {
+        sy_log(SY_LOG_ERROR, "%s: the engine keys were not checked against the plugins' options", cfg->source);
+        return -1;
+    }
     size_t n_new = cfg->n_models;
     mm_model **next = sy_xcalloc(n_new ? n_new : 1, sizeof *next);
     for (size_t i = 0; i < n_new; i++) next[i] = model_from_config(&cfg->models[i]);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/option_schema.h"
 #include "plugins/host_api.h"
 #include "base/util.h"
 
@@ -129,7 +130,6 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
         lookup_interface(entry, SY_ENGINE_SAMPLING_INTERFACE_ID, SY_TABLE_MIN(sy_engine_sampling_api, decode_sample));
     plugin.engine_resources =
         lookup_interface(entry, SY_ENGINE_RESOURCES_INTERFACE_ID, SY_TABLE_MIN(sy_engine_resources_api, estimate));
-    plugin.options = lookup_interface(entry, SY_PLUGIN_OPTIONS_INTERFACE_ID, SY_TABLE_MIN(sy_plugin_options_api, options));
     plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, SY_TABLE_MIN(sy_drafter_api, observe));
     if (plugin.engine == NULL && plugin.drafter == NULL) {
         if (entry->deinit) entry->deinit();
@@ -139,6 +139,19 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
                SY_DRAFTER_INTERFACE_ID);
         dlclose(handle);
         return;
+    }
+    /* A 1.1 plugin cannot know the id. A malformed schema refuses the plugin: the host would misread its keys. */
+    if (entry->abi_minor >= 2) {
+        char why[320];
+        plugin.options = entry->get_interface(SY_PLUGIN_OPTIONS_INTERFACE_ID);
+        if (plugin.options != NULL && sy_option_schema_check(plugin.options, why, sizeof why) != 0) {
+            if (entry->deinit) entry->deinit();
+            free(plugin.path);
+            sy_plugin_host_free(lent);
+            refuse(reg, path, "%s: %s", SY_PLUGIN_OPTIONS_INTERFACE_ID, why);
+            dlclose(handle);
+            return;
+        }
     }
     size_t n = atomic_load_explicit(&reg->n_plugins, memory_order_relaxed); /* the only writer */
     if (reg->plugins == NULL) reg->plugins = calloc(SY_PLUGIN_MAX, sizeof *reg->plugins);

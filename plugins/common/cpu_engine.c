@@ -120,6 +120,29 @@ sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cp
     return SY_OK;
 }
 
+/* Kept in step with sy_cpu_options_parse above: tests/plugins/test_plugin_options.c loads each key at its default
+ * and just outside its range. */
+static const sy_option_spec cpu_option_specs[] = {
+    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "compute threads (default: the CPUs this process may use)",
+     1, SY_THREADPOOL_MAX_THREADS},
+    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0",
+     "most tokens one sequence may hold; 0: the model's training context", 0, 1u << 24},
+    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core",
+     "core (the transformer core) or reference (the slow reference forward, KV in RAM)", 0, 0},
+    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "",
+     "keep the KV in F16 files in these folders instead of RAM (default: RAM)", 0, 0},
+    {sizeof(sy_option_spec), "kv_max_tokens", SY_OPTION_UINT, "",
+     "positions the disk KV cache holds, all sequences together (default: 4 x the context)", 1, SY_KV_MAX_TOKENS},
+    {sizeof(sy_option_spec), "kv_buffer_mb", SY_OPTION_UINT, "32", "the disk KV cache's resident F32 tile buffer in MiB",
+     0, 1u << 20},
+    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "leave the disk KV cache's files behind on unload",
+     0, 0},
+};
+
+const sy_plugin_options_api sy_cpu_options_api = {
+    sizeof(sy_plugin_options_api), sizeof cpu_option_specs / sizeof cpu_option_specs[0], sizeof(sy_option_spec),
+    cpu_option_specs};
+
 /* ---- the model ---- */
 
 sy_model *sy_cpu_model_new(void) {

@@ -68,6 +68,11 @@ typedef struct sy_cpu_options {
 /* SY_OK, or SY_ERR_INVALID_ARGUMENT with the message naming the key. */
 sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cpu_options *out);
 
+/* "sy.plugin.options/1" of every CPU engine: exactly the keys sy_cpu_options_parse reads, with its ranges, so the
+ * host refuses a misspelt key or a bad value before a load. A plugin returns it from get_interface for
+ * SY_PLUGIN_OPTIONS_INTERFACE_ID. */
+extern const sy_plugin_options_api sy_cpu_options_api;
+
 /* ---- the vocabulary a plugin provides (same protocols as the engine ABI's calls) ---- */
 
 typedef struct sy_cpu_vocab_ops {

@@ -582,6 +582,7 @@ static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
+    if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }
 

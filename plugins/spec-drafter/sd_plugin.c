@@ -205,8 +205,25 @@ static sy_status sd_init(const sy_host_api *host) {
 
 static void sd_deinit(void) { sd_host_api = NULL; }
 
+/* The options sd_create and sd_replay_create read (through sd_option_u32), with the same ranges. */
+static const sy_option_spec sd_option_specs[] = {
+    {sizeof(sy_option_spec), "draft_ngram_min", SY_OPTION_UINT, "1", "shortest n-gram the prompt lookup matches", 1,
+     SD_MAX_NGRAM},
+    {sizeof(sy_option_spec), "draft_ngram_max", SY_OPTION_UINT, "4", "longest n-gram the prompt lookup matches", 1,
+     SD_MAX_NGRAM},
+    {sizeof(sy_option_spec), "draft_replay_corrupt", SY_OPTION_UINT, "0",
+     "replay drafter: percent of proposals corrupted (a :PCT in the spec wins)", 0, 100},
+    {sizeof(sy_option_spec), "draft_replay_seed", SY_OPTION_UINT, "0", "replay drafter: seed of the corruption", 0,
+     UINT32_MAX},
+};
+
+static const sy_plugin_options_api sd_options_api = {
+    sizeof(sy_plugin_options_api), sizeof sd_option_specs / sizeof sd_option_specs[0], sizeof(sy_option_spec),
+    sd_option_specs};
+
 static const void *sd_get_interface(const char *id) {
     if (id != NULL && strcmp(id, SY_DRAFTER_INTERFACE_ID) == 0) return &sd_api;
+    if (id != NULL && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sd_options_api;
     return NULL;
 }
 

@@ -640,6 +640,7 @@ static const void *te_get_interface(const char *id) {
     if (strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &te_state_api;
     if (strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &te_resources_api;
     if (strcmp(id, SY_ENGINE_SAMPLING_INTERFACE_ID) == 0) return &te_sampling_api;
+    if (strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &te_options_api;
     return NULL;
 }
 

@@ -89,6 +89,8 @@ typedef struct te_config {
 sy_status te_config_parse_file(const char *text, size_t len, te_config *cfg);
 /* Apply one load option; unknown keys set *known = 0 and succeed. */
 sy_status te_config_apply_option(te_config *cfg, const char *key, const char *value, int *known);
+/* "sy.plugin.options/1": the load options te_config_apply_option takes. */
+extern const sy_plugin_options_api te_options_api;
 
 struct sy_model {
     uint32_t magic;

@@ -65,6 +65,40 @@ expect_error "bad --max-new" 1 "--max-new" "$sy" generate --model "$model" -n -3
 expect_error "unknown plugin" 1 "no plugin named 'nope'" "$sy" generate --plugin nope --model "$model" "hi"
 expect_error "plugin refuses the model" 1 "test-engine refuses" "$sy" generate --plugin test-engine --model "$root/README.md" "hi"
 expect_error "bad engine option" 1 "n_ctx" "$sy" generate --model "$model" -o n_ctx=zero "hi"
+expect_error "bad engine option names the flag" 1 "-o n_ctx: 'zero' is not a whole number" \
+  "$sy" generate --plugin test-engine --model "$model" -o n_ctx=zero "hi"
+expect_error "a documented flag the plugin does not declare" 1 \
+  "--threads: plugin test-engine has no option 'threads' (its options: n_ctx, ctx_size," \
+  "$sy" generate --plugin test-engine --model "$model" --threads 2 "hi"
+expect_error "a misspelt -o key" 1 "-o n_cxt: plugin test-engine has no option 'n_cxt'" \
+  "$sy" tokenize --plugin test-engine --model "$model" -o n_cxt=8
+expect_error "the probed plugin's schema applies too" 1 "--kv-buffer-mb: plugin test-engine has no option" \
+  "$sy" generate --model "$model" --kv-buffer-mb 8 "hi"
+expect_error "a value out of the declared range" 1 "--ctx-size: '0' is out of range (1..1048576)" \
+  "$sy" bench --plugin test-engine --model "$model" --ctx-size 0
+check "a declared key passes" bash -c "'$sy' generate --plugin test-engine --model '$model' --temp 0 -n 4 -o eos_one_in=0 --ctx-size 64 hi >/dev/null"
+check "a drafter's key passes with --draft" bash -c "'$sy' generate --plugin test-engine --model '$model' --temp 0 -n 4 --draft ngram -o draft_ngram_max=2 hi >/dev/null"
+
+# plugins --options: the schema as a table; a plugin without one says so.
+opts=$("$sy" plugins --options test-engine)
+check "plugins --options prints a header" bash -c "printf '%s\n' \"\$1\" | grep -q '^key  *type  *default  *range  *help$'" _ "$opts"
+check "plugins --options prints a row per key" bash -c "printf '%s\n' \"\$1\" | grep -q '^n_ctx  *uint  *-  *1..1048576  *context length'" _ "$opts"
+check "plugins --options counts the keys" bash -c "printf '%s\n' \"\$1\" | grep -q '^plugin test-engine: 9 options'" _ "$opts"
+check "plugins lists the option count" bash -c "'$sy' plugins | grep -q 'sy.plugin.options/1 (9 options)'"
+fixtures=$(dirname "$sy")/../tests/plugin-fixtures
+if [[ -f $fixtures/old-minor-1.so ]]; then
+  old=$("$sy" plugins --plugin-dir "$fixtures" --options fixture-old-minor-1)
+  check "plugins --options on a 1.1 plugin says it declares none" \
+    bash -c "printf '%s\n' \"\$1\" | grep -q 'does not declare its options'" _ "$old"
+fi
+expect_error "plugins --options on no such plugin" 1 "no plugin named 'nope'" "$sy" plugins --options nope
+
+# serve: a config key the plugin does not declare stops the start, naming the file and line.
+cfgdir=$(mktemp -d)
+printf '[model.t]\nplugin = test-engine\npath = %s\nn_cxt = 5\n' "$model" >"$cfgdir/typo.ini"
+expect_error "serve refuses an undeclared config key" 1 "typo.ini:4: [model.t] n_cxt: not a model key, nor an option of plugin test-engine" \
+  bash -c "'$sy' serve --config '$cfgdir/typo.ini' --listen 127.0.0.1:0 2>&1 | grep -v '^switchyard serve:' >&2; exit \${PIPESTATUS[0]}"
+rm -rf "$cfgdir"
 expect_error "unknown verb" 2 "unknown verb" "$sy" frobnicate
 expect_error "unreadable plugin dir" 1 "cannot read plugin directory" "$sy" plugins --plugin-dir /nonexistent/plugins
 

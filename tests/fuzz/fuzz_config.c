@@ -22,6 +22,27 @@
         }                                                                                                \
     } while (0)
 
+/* A schema with every type, so the engine-key check runs on fuzzed keys and values too; a model of plugin
+ * "legacy" stands for one that declares nothing. */
+static const sy_option_spec fuzz_specs[] = {
+    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "h", 1, 1024},
+    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "h", 0, 0},
+    {sizeof(sy_option_spec), "scale", SY_OPTION_NUMBER, "1", "h", -2, 2},
+    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "h", 0, 0},
+    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "h", 0, 0},
+    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "h", 0, 0},
+};
+
+static void fuzz_schema(void *user, const sy_config_model *m, sy_config_option_schema *out) {
+    (void)user;
+    if (strcmp(m->plugin, "legacy") == 0) {
+        snprintf(out->unchecked, sizeof out->unchecked, "plugin legacy declares no options");
+        return;
+    }
+    snprintf(out->asked, sizeof out->asked, "plugin %.64s", m->plugin);
+    for (size_t i = 0; i < sizeof fuzz_specs / sizeof fuzz_specs[0]; i++) out->specs[out->n_specs++] = &fuzz_specs[i];
+}
+
 static void check_messages(char **list, size_t n) {
     CHECK(n <= SY_CONFIG_MAX_DIAGNOSTICS);
     for (size_t i = 0; i < n; i++) {
@@ -89,6 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     sy_config *cfg = sy_config_load_string((const char *)data, size, "fuzz.ini", "/base");
     CHECK(cfg != NULL);
+    sy_config_check_options(cfg, fuzz_schema, NULL);
+    CHECK(!cfg->options_unchecked);
     check_messages(cfg->errors, cfg->n_errors);
     check_messages(cfg->warnings, cfg->n_warnings);
     if (sy_config_ok(cfg)) check_consistent(cfg);

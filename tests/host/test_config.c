@@ -14,8 +14,42 @@
 
 #include "config/config.h"
 
-/* Parse `text` as "cfg.ini" in the folder /base. */
-static sy_config *parse(const char *text) { return sy_config_load_string(text, strlen(text), "cfg.ini", "/base"); }
+/* What the plugins declare, as the manager's schema callback would hand it over: the CPU engines' keys (with their
+ * ranges) plus one of each other type, for every plugin but "legacy", which stands for a plugin of ABI 1.1 that
+ * declares nothing. */
+static const sy_option_spec test_specs[] = {
+    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "threads", 1, 1024},
+    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0", "context", 0, 1 << 24},
+    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "folders", 0, 0},
+    {sizeof(sy_option_spec), "kv_max_tokens", SY_OPTION_UINT, "", "tokens", 1, 1 << 26},
+    {sizeof(sy_option_spec), "kv_buffer_mb", SY_OPTION_UINT, "32", "MiB", 0, 1 << 20},
+    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "keep", 0, 0},
+    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "backend", 0, 0},
+    {sizeof(sy_option_spec), "rope_scale", SY_OPTION_STRING, "", "scaling", 0, 0},
+    {sizeof(sy_option_spec), "temperature", SY_OPTION_NUMBER, "1", "a number", -1, 2.5},
+    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "a file", 0, 0},
+    {sizeof(sy_option_spec), "parallel", SY_OPTION_UINT, "", "named like a model key", 1, 64},
+};
+
+static unsigned schema_calls;
+
+static void test_schema(void *user, const sy_config_model *m, sy_config_option_schema *out) {
+    (void)user;
+    schema_calls++;
+    if (strcmp(m->plugin, "legacy") == 0) {
+        snprintf(out->unchecked, sizeof out->unchecked, "plugin legacy (ABI 1.1) declares no options");
+        return;
+    }
+    snprintf(out->asked, sizeof out->asked, "plugin %s", m->plugin);
+    for (size_t i = 0; i < sizeof test_specs / sizeof *test_specs; i++) out->specs[out->n_specs++] = &test_specs[i];
+}
+
+/* Parse `text` as "cfg.ini" in the folder /base, engine keys checked against test_schema. */
+static sy_config *parse(const char *text) {
+    sy_config *cfg = sy_config_load_string(text, strlen(text), "cfg.ini", "/base");
+    sy_config_check_options(cfg, test_schema, NULL);
+    return cfg;
+}
 
 static size_t count_matching(char **list, size_t n, const char *needle) {
     size_t hits = 0;
@@ -370,7 +404,13 @@ static void test_bad_values(void **state) {
         {"threads = 0", "cfg.ini:4: [model.a] threads: '0' is out of range (1..1024)"},
         {"ctx_size = 99999999", "cfg.ini:4: [model.a] ctx_size: '99999999' is out of range (0..16777216)"},
         {"keep_kv_cache = 2", "cfg.ini:4: [model.a] keep_kv_cache: '2' is not true or false"},
-        {"backend = a b", "cfg.ini:4: [model.a] backend: 'a b' is not a name (1 to 64 letters, digits, '.', '_' or '-')"},
+        {"kv_max_tokens = 0", "cfg.ini:4: [model.a] kv_max_tokens: '0' is out of range (1..67108864)"},
+        {"temperature = 3", "cfg.ini:4: [model.a] temperature: '3' is out of range (-1..2.5)"},
+        {"temperature = 1.5x", "cfg.ini:4: [model.a] temperature: '1.5x' is not a number"},
+        {"temperature = nan", "cfg.ini:4: [model.a] temperature: 'nan' is not a number"},
+        {"synthetic = ~bob/c.json", "cfg.ini:4: [model.a] synthetic: '~bob/c.json': '~user' paths are not supported; write the full path"},
+        {"kv_cache_dir = ,", "cfg.ini:4: [model.a] kv_cache_dir: the list of paths is empty"},
+        {"thread = 4", "cfg.ini:4: [model.a] thread: not a model key, nor an option of plugin test-engine (its options: threads, ctx_size, kv_cache_dir, kv_max_tokens, kv_buffer_mb, keep_kv_cache, backend, rope_scale, temperature, synthetic, parallel)"},
         {"aliases = ok, not ok", "cfg.ini:4: [model.a] aliases: 'not ok' is not a name (letters, digits and . _ - : / @ +, starting with a letter or digit, at most 128)"},
         {"aliases = -dash", "cfg.ini:4: [model.a] aliases: '-dash' is not a name (letters, digits and . _ - : / @ +, starting with a letter or digit, at most 128)"},
         {"group = a b", "cfg.ini:4: [model.a] group: 'a b' is not a name (letters, digits and . _ - : / @ +, starting with a letter or digit, at most 128)"},
@@ -378,6 +418,8 @@ static void test_bad_values(void **state) {
         {"prefix_cache_tokens = 16777217", "cfg.ini:4: [model.a] prefix_cache_tokens: '16777217' is out of range (0..16777216)"},
         {"prefix_cache_tokens = lots", "cfg.ini:4: [model.a] prefix_cache_tokens: 'lots' is not a whole number"},
         {"engine.bad key = 1", "cfg.ini:4: [model.a] engine.bad key: 'bad key' is not an option name (1 to 64 letters, digits, '.', '_' or '-')"},
+        {"bad key = 1", "cfg.ini:4: [model.a] bad key: 'bad key' is not an option name (1 to 64 letters, digits, '.', '_' or '-')"},
+        {"engine.threads = x", "cfg.ini:4: [model.a] engine.threads: 'x' is not a whole number"},
         {"= 5", "cfg.ini:4: [model.a]: a key name is missing before '='"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -473,7 +515,12 @@ static void test_duplicates(void **state) {
     sy_config_free(cfg);
 
     cfg = parse(MODEL_HEAD("a") "threads = 4\nengine.threads = 8\n");
-    assert_single_error(cfg, "cfg.ini:5: [model.a] threads: the engine option 'threads' is given twice");
+    assert_single_error(cfg, "cfg.ini:5: [model.a] engine.threads: the engine option 'threads' is given twice (first "
+                             "at line 4, as 'threads')");
+    sy_config_free(cfg);
+
+    cfg = parse(MODEL_HEAD("a") "threads = 4\nthreads = 8\n");
+    assert_single_error(cfg, "cfg.ini:5: [model.a] threads: given twice (first at line 4)");
     sy_config_free(cfg);
 }
 
@@ -618,14 +665,20 @@ static void test_warnings(void **state) {
                            "colour = blue\n"
                            "[extras]\n"
                            "anything = 1\n"
-                           "\n" MODEL_HEAD("a") "tll = 30\n");
+                           "\n" MODEL_HEAD("a") "ttl = 30\n");
     assert_true(sy_config_ok(cfg));
-    assert_int_equal(cfg->n_warnings, 4);
+    assert_int_equal(cfg->n_warnings, 3);
     assert_string_equal(cfg->warnings[0], "cfg.ini:1: 'stray' is outside of any section and is ignored");
     assert_string_equal(cfg->warnings[1], "cfg.ini:3: [host] colour: unknown key is ignored");
     assert_string_equal(cfg->warnings[2],
                         "cfg.ini:4: unknown section [extras] is ignored (known: [host], [model.NAME], [group.NAME])");
-    assert_string_equal(cfg->warnings[3], "cfg.ini:10: [model.a] tll: unknown key is ignored");
+    sy_config_free(cfg);
+
+    /* A model key misspelt is no option of the plugin either: an error naming its line. */
+    cfg = parse(MODEL_HEAD("a") "ttl = 30\ntll = 30\n");
+    assert_int_equal(cfg->n_errors, 1);
+    assert_error_containing(cfg, "cfg.ini:5: [model.a] tll: not a model key, nor an option of plugin test-engine "
+                                 "(its options: threads, ");
     sy_config_free(cfg);
 
     /* http_threads is still read (an old config keeps working) but does nothing: said once, as a warning. */
@@ -667,15 +720,96 @@ static void test_continuation_lines(void **state) {
     sy_config_free(cfg);
 
     /* Continuations of unknown keys are skipped with the key. */
-    cfg = parse(MODEL_HEAD("a") "colour = red\n   green\n");
+    cfg = parse("[host]\ncolour = red\n   green\n" MODEL_HEAD("a"));
     assert_true(sy_config_ok(cfg));
     assert_int_equal(cfg->n_warnings, 1);
+    sy_config_free(cfg);
+
+    /* An engine key continues only when its plugin says it takes a list; a plugin that declares nothing gets the
+     * lines comma-joined, as written. */
+    cfg = parse(MODEL_HEAD("a") "threads = 4\n  5\n");
+    assert_single_error(cfg, "cfg.ini:5: [model.a] threads: this indented line continues the value of 'threads', "
+                             "which takes a single value (remove the indentation to start a new key)");
+    sy_config_free(cfg);
+    cfg = parse("[model.a]\nplugin = legacy\npath = m.txt\ncolour = red\n   green\n");
+    assert_true(sy_config_ok(cfg));
+    assert_string_equal(sy_config_model_option(&cfg->models[0], "colour"), "red,green");
     sy_config_free(cfg);
 
     /* kv_cache_dir grows over lines. */
     cfg = parse(MODEL_HEAD("a") "kv_cache_dir = /a\n  b\n");
     assert_clean(cfg);
     assert_string_equal(sy_config_model_option(&cfg->models[0], "kv_cache_dir"), "/a,/base/b");
+    sy_config_free(cfg);
+}
+
+static void test_engine_keys(void **state) {
+    (void)state;
+    static const char text[] = MODEL_HEAD("a") "keep_kv_cache = ON\nthreads = 007\ntemperature = -0.5\n"
+                               "synthetic = cfg/c.json\nparallel = 3\nengine.parallel = 9\n"
+                               "\n" MODEL_HEAD("b") "ttl = 5\n";
+    /* Before the check the keys wait as written, with their lines; options are empty. */
+    sy_config *cfg = sy_config_load_string(text, strlen(text), "cfg.ini", "/base");
+    assert_true(sy_config_ok(cfg));
+    assert_true(cfg->options_unchecked);
+    const sy_config_model *m = &cfg->models[0];
+    assert_int_equal(m->n_options, 0);
+    assert_int_equal(m->n_raw_options, 5);
+    assert_string_equal(m->raw_options[4].written, "engine.parallel");
+    assert_string_equal(m->raw_options[4].key, "parallel");
+    assert_int_equal(m->raw_options[4].line, 9);
+
+    schema_calls = 0;
+    sy_config_check_options(cfg, test_schema, NULL);
+    assert_clean(cfg);
+    assert_false(cfg->options_unchecked);
+    assert_int_equal(schema_calls, 1); /* model b has no engine keys: its plugin is not asked */
+    assert_int_equal(m->n_options, 5);
+    assert_string_equal(sy_config_model_option(m, "keep_kv_cache"), "1");
+    assert_string_equal(sy_config_model_option(m, "threads"), "7");
+    assert_string_equal(sy_config_model_option(m, "temperature"), "-0.5");
+    assert_string_equal(sy_config_model_option(m, "synthetic"), "/base/cfg/c.json");
+    assert_string_equal(sy_config_model_option(m, "parallel"), "9"); /* engine.parallel */
+    assert_int_equal(m->parallel, 3);                                  /* the model key */
+    /* Once only: a second call asks nobody and adds nothing. */
+    sy_config_check_options(cfg, test_schema, NULL);
+    assert_int_equal(schema_calls, 1);
+    assert_int_equal(m->n_options, 5);
+    sy_config_free(cfg);
+
+    /* A plugin that declares nothing gets the keys verbatim, each with a warning. */
+    cfg = parse("[model.a]\nplugin = legacy\npath = m.txt\nkeep_kv_cache = ON\nengine.x = 1\n");
+    assert_true(sy_config_ok(cfg));
+    assert_int_equal(cfg->n_warnings, 2);
+    assert_string_equal(cfg->warnings[0], "cfg.ini:4: [model.a] keep_kv_cache: passed to the plugin unchecked: "
+                                          "plugin legacy (ABI 1.1) declares no options");
+    assert_string_equal(sy_config_model_option(&cfg->models[0], "keep_kv_cache"), "ON");
+    assert_string_equal(sy_config_model_option(&cfg->models[0], "x"), "1");
+    sy_config_free(cfg);
+
+    /* No callback (or an empty answer): every engine key is an error. */
+    cfg = sy_config_load_string(MODEL_HEAD("a") "threads = 2\n", strlen(MODEL_HEAD("a") "threads = 2\n"), "cfg.ini",
+                                "/base");
+    sy_config_check_options(cfg, NULL, NULL);
+    assert_single_error(cfg, "cfg.ini:4: [model.a] threads: not a model key, nor an option of test-engine (it "
+                             "declares none)");
+    assert_int_equal(cfg->models[0].n_options, 0);
+    sy_config_free(cfg);
+
+    /* Errors of several keys and models are all reported, each on its own line. */
+    cfg = parse(MODEL_HEAD("a") "threads = 0\nctx = 5\n\n" MODEL_HEAD("b") "keep_kv_cache = perhaps\n");
+    assert_int_equal(cfg->n_errors, 3);
+    assert_error_containing(cfg, "cfg.ini:4: [model.a] threads: '0' is out of range (1..1024)");
+    assert_error_containing(cfg, "cfg.ini:5: [model.a] ctx: not a model key");
+    assert_error_containing(cfg, "cfg.ini:10: [model.b] keep_kv_cache: 'perhaps' is not true or false");
+    sy_config_free(cfg);
+
+    /* A long list continues over lines, up to the list limit. */
+    char big[16384];
+    size_t n = (size_t)snprintf(big, sizeof big, MODEL_HEAD("a") "kv_cache_dir = /d0");
+    for (int i = 1; i <= SY_CONFIG_MAX_LIST_ITEMS; i++) n += (size_t)snprintf(big + n, sizeof big - n, "\n  /d%d", i);
+    cfg = parse(big);
+    assert_error_containing(cfg, "kv_cache_dir: more than 256 items");
     sy_config_free(cfg);
 }
 
@@ -816,13 +950,16 @@ static void test_long_names(void **state) {
     memset(name, 'n', 128);
     name[128] = '\0';
     snprintf(text, sizeof text,
-             "[model.%s]\nplugin = p\npath = x\naliases = a,\n  b\n"
+             "[model.%s]\nplugin = legacy\npath = x\naliases = a,\n  b\n"
              "an_unknown_key_that_is_longer_than_forty_nine_bytes_by_far = 1\n  more\n",
              name);
     sy_config *cfg = parse(text);
     assert_true(sy_config_ok(cfg));
     assert_int_equal(cfg->n_warnings, 1);
-    assert_warning_containing(cfg, "an_unknown_key_that_is_longer_than_forty_nine_bytes_by_far: unknown key");
+    assert_warning_containing(cfg, "an_unknown_key_that_is_longer_than_forty_nine_bytes_by_far: passed to the plugin");
+    assert_string_equal(sy_config_model_option(&cfg->models[0],
+                                               "an_unknown_key_that_is_longer_than_forty_nine_bytes_by_far"),
+                        "1,more");
     assert_string_equal(cfg->models[0].name, name);
     assert_int_equal(cfg->models[0].aliases.count, 2);
     assert_ptr_equal(sy_config_find_model(cfg, "b"), &cfg->models[0]);
@@ -966,6 +1103,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_load_file, make_tmp_dir, remove_tmp_dir),
         cmocka_unit_test(test_example_configs),
         cmocka_unit_test(test_diagnostics_printing),
+        cmocka_unit_test(test_engine_keys),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

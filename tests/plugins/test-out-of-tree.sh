@@ -70,6 +70,16 @@ fi
     { cat "$work/generate.err" >&2; fail "switchyard generate with the example failed"; }
 grep -q '23456789' "$work/generate.txt" || { cat "$work/generate.txt" >&2; fail "unexpected generation"; }
 
+# 4b. Its option schema: listed, and a key it does not declare is refused before the load, naming the flag.
+"$SWITCHYARD" plugins --plugin-dir "$work/build" --options example-counter >"$work/options.txt" 2>&1 ||
+    { cat "$work/options.txt" >&2; fail "switchyard plugins --options failed"; }
+grep -Eq '^ctx_size +uint +256 +1\.\.65536 ' "$work/options.txt" || { cat "$work/options.txt" >&2; fail "schema not listed"; }
+if "$SWITCHYARD" generate --plugin-dir "$work/build" --plugin example-counter --model "$EXAMPLE/counter.model" \
+    --threads 2 "1" >/dev/null 2>"$work/threads.err"; then
+    fail "--threads was accepted by a plugin that does not declare it"
+fi
+grep -q "plugin example-counter has no option 'threads'" "$work/threads.err" || { cat "$work/threads.err" >&2; fail "no clear error for --threads"; }
+
 # 5. Installed beside the host (the .pc's plugindir), the installed host finds it without --plugin-dir.
 "$CMAKE" --install "$work/build" >"$work/install-example.log" 2>&1 ||
     { cat "$work/install-example.log" >&2; fail "installing the example failed"; }

@@ -66,10 +66,12 @@ static void each_broken_plugin_is_refused_with_its_reason(void **state) {
     expect_refused(&reg, "entry-too-small.so", (const char *const[]){"struct_size", NULL});
     expect_refused(&reg, "dup-b.so", (const char *const[]){"duplicate plugin name", NULL});
     expect_refused(&reg, "init-fails.so", (const char *const[]){"init failed", NULL});
-    assert_int_equal(reg.n_refused, 7);
+    expect_refused(&reg, "bad-options.so",
+                   (const char *const[]){SY_PLUGIN_OPTIONS_INTERFACE_ID ": option 1 (depth): declared twice", NULL});
+    assert_int_equal(reg.n_refused, 8);
 
-    /* Loaded: the first of the duplicates (files load in name order) and the 1.0 plugin. */
-    assert_int_equal(reg.n_plugins, 2);
+    /* Loaded: the first of the duplicates (files load in name order), the 1.0 and the 1.1 plugin. */
+    assert_int_equal(reg.n_plugins, 3);
     assert_null(refused_file(&reg, "dup-a.so"));
     assert_null(refused_file(&reg, "old-minor.so"));
     const sy_plugin *dup = sy_plugin_registry_find(&reg, "fixture-dup");

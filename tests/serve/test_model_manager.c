@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "manager/config_check.h"
 #include "manager/model_manager.h"
 #include "serve_fixture.h"
 #include "persist/snapshot_store.h"
@@ -54,6 +55,7 @@ static int group_teardown(void **state) {
 /* A config from text; relative model paths resolve in the test folder. */
 static sy_config *config_of(const char *text) {
     sy_config *cfg = sy_config_load_string(text, strlen(text), "test.ini", env.dir);
+    sy_config_check_plugin_options(cfg, &env.reg);
     if (!sy_config_ok(cfg)) sy_config_print_diagnostics(cfg, stderr);
     assert_true(sy_config_ok(cfg));
     return cfg;
@@ -525,6 +527,18 @@ static void reload_adds_changes_removes(void **state) {
     const char *broken = "[model.a]\nplugin = test-engine\n"; /* no path */
     sy_config *bad = sy_config_load_string(broken, strlen(broken), "bad.ini", env.dir);
     assert_false(sy_config_ok(bad));
+    assert_int_equal(sy_model_manager_reload(mm, bad), -1);
+    sy_config_free(bad);
+    /* Nor does one whose engine key the plugin does not declare (serve's reload checks, then reloads), nor one
+     * whose engine keys were never checked. */
+    const char *typo = "[model.a]\nplugin = test-engine\npath = a.txt\nengine.delay_ms = 10\n";
+    bad = sy_config_load_string(typo, strlen(typo), "typo.ini", env.dir);
+    assert_true(sy_config_ok(bad));
+    assert_int_equal(sy_model_manager_reload(mm, bad), -1); /* unchecked */
+    assert_false(sy_config_check_plugin_options(bad, &env.reg));
+    assert_int_equal(bad->n_errors, 1);
+    assert_non_null(strstr(bad->errors[0], "typo.ini:4: [model.a] engine.delay_ms: not a model key, nor an option "
+                                           "of plugin test-engine (its options: n_ctx, ctx_size, recurrent, "));
     assert_int_equal(sy_model_manager_reload(mm, bad), -1);
     sy_config_free(bad);
     assert_int_equal(sy_model_manager_status(mm, st, 8), 3);

@@ -23,6 +23,7 @@
 
 #include "api/slots.h"
 #include "config/config.h"
+#include "manager/config_check.h"
 #include "manager/model_manager.h"
 #include "snapshot_fixture.h"
 #include "base/util.h"
@@ -191,6 +192,7 @@ static sy_model_manager *manager(const char *resume_dir, bool resume, const char
     snprintf(text, sizeof text, "[host]\nload_timeout = 20\nresume_path = %s\nresume = %s\n%s", resume_dir,
              resume ? "true" : "false", models);
     sy_config *cfg = sy_config_load_string(text, strlen(text), "test.ini", env.dir);
+    sy_config_check_plugin_options(cfg, &env.reg);
     if (!sy_config_ok(cfg)) sy_config_print_diagnostics(cfg, stderr);
     assert_true(sy_config_ok(cfg));
     sy_model_manager *mm = sy_model_manager_create(cfg, &env.reg);

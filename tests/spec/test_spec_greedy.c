@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "manager/config_check.h"
 #include "manager/model_manager.h"
 #include "spec_fixture.h"
 #include "base/util.h"
@@ -315,6 +316,8 @@ static void model_manager_starts_drafters_from_the_config(void **state) {
              "[model.wide]\nplugin = test-engine\npath = %s\ndraft = model:small\n",
              env.dir, other_path, target_path, target_path, wide_path);
     sy_config *cfg = sy_config_load_string(cfg_text, strlen(cfg_text), "spec.ini", NULL);
+    /* engine.draft_ngram_max is the drafter's option: declared by spec-drafter, not by the engine */
+    sy_config_check_plugin_options(cfg, &env.reg);
     if (!sy_config_ok(cfg)) sy_config_print_diagnostics(cfg, stderr);
     assert_true(sy_config_ok(cfg));
     sy_model_manager *mm = sy_model_manager_create(cfg, &env.reg);

@@ -316,8 +316,19 @@ static sy_status counter_init(const sy_host_api *h) {
 
 static void counter_deinit(void) { host = NULL; }
 
+/* The options counter_load reads, so the host can list them (`switchyard plugins --options example-counter`) and
+ * refuse a misspelt key or a value out of range before a load, naming the config line or the flag. */
+static const sy_option_spec counter_options[] = {
+    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "256", "most tokens one sequence may hold", 1, 65536},
+};
+
+static const sy_plugin_options_api counter_options_api = {
+    sizeof(sy_plugin_options_api), sizeof counter_options / sizeof counter_options[0], sizeof(sy_option_spec),
+    counter_options};
+
 static const void *counter_get_interface(const char *id) {
     if (id != NULL && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &counter_engine;
+    if (id != NULL && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &counter_options_api;
     return NULL; /* no state, sampling or drafter extensions */
 }
 
