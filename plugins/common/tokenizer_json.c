@@ -4,12 +4,11 @@
  * A tokenizer.json is read in one pass of the streaming JSON reader (json_reader.h): the 151k-entry vocab and
  * merges go from the document straight into the builder (bpe_builder.c) in batches, without a copy of each
  * string where it has no escapes; every other section is validated while it is skipped and its extent recorded,
- * then parsed on its own with cJSON (small, and easier to read as a tree). The loader is a thin layer over the
- * builder: the tokenizer's own checks happen there.
+ * then parsed on its own as a tree (sy_json_parse: small, and easier to read that way). The loader is a thin
+ * layer over the builder: the tokenizer's own checks happen there.
  */
 #include "bpe_internal.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,68 +310,70 @@ static bool parse_model(sy_json_scan *j, sy_bpe_builder *b, json_doc *d) {
     return true;
 }
 
-/* ---- the small sections, through cJSON ---- */
+/* ---- the small sections, as trees ---- */
 
-static cJSON *parse_span(const sy_json_span *s, const char *what, char *err, size_t err_size) {
+/* A recorded section as a tree. The scanner has validated it: only memory can fail here. */
+static bool parse_span(const sy_json_span *s, const char *what, sy_json_doc *doc, char *err, size_t err_size) {
     if (s->saw_nul) {
         sy_errmsg(err, err_size, "%s: strings containing U+0000 are not supported here", what);
-        return NULL;
+        return false;
     }
-    cJSON *v = cJSON_ParseWithLength(s->p, s->len);
-    if (v == NULL)
+    if (!sy_json_parse(doc, s->p, s->len, NULL, NULL)) {
         sy_errmsg(err, err_size, "%s: cannot be parsed (out of memory?)", what);
-    return v;
+        return false;
+    }
+    return true;
 }
 
-static bool unique_keys(const cJSON *obj, const char *ctx, char *err, size_t err_size) {
-    for (const cJSON *a = obj->child; a != NULL; a = a->next)
-        for (const cJSON *c = a->next; c != NULL; c = c->next)
-            if (strcmp(a->string, c->string) == 0) {
-                sy_errmsg(err, err_size, "%s: key \"%s\" appears twice", ctx, a->string);
+static bool unique_keys(const sy_json *obj, const char *ctx, char *err, size_t err_size) {
+    for (const sy_json *a = obj->child; a != NULL; a = a->next)
+        for (const sy_json *c = a->next; c != NULL; c = c->next)
+            if (a->key_len == c->key_len && memcmp(a->key, c->key, a->key_len) == 0) {
+                sy_errmsg(err, err_size, "%s: key \"%s\" appears twice", ctx, a->key);
                 return false;
             }
     return true;
 }
 
-static bool want_object(const cJSON *v, const char *ctx, char *err, size_t err_size) {
-    if (!cJSON_IsObject(v)) {
+static bool want_object(const sy_json *v, const char *ctx, char *err, size_t err_size) {
+    if (!sy_json_is_object(v)) {
         sy_errmsg(err, err_size, "%s: expected an object", ctx);
         return false;
     }
     return unique_keys(v, ctx, err, err_size);
 }
 
-static bool get_bool(const cJSON *obj, const char *key, bool dflt, bool *out, const char *ctx, char *err,
+static bool get_bool(const sy_json *obj, const char *key, bool dflt, bool *out, const char *ctx, char *err,
                      size_t err_size) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (v == NULL || cJSON_IsNull(v)) {
+    const sy_json *v = sy_json_get(obj, key);
+    if (v == NULL || sy_json_is_null(v)) {
         *out = dflt;
         return true;
     }
-    if (!cJSON_IsBool(v)) {
+    if (!sy_json_is_bool(v)) {
         sy_errmsg(err, err_size, "%s.%s: expected true or false", ctx, key);
         return false;
     }
-    *out = cJSON_IsTrue(v);
+    *out = sy_json_is_true(v);
     return true;
 }
 
 /* A string member (NULL when absent or null). */
-static bool get_string(const cJSON *obj, const char *key, const char **out, const char *ctx, char *err,
+static bool get_string(const sy_json *obj, const char *key, const char **out, const char *ctx, char *err,
                        size_t err_size) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const sy_json *v = sy_json_get(obj, key);
     *out = NULL;
-    if (v == NULL || cJSON_IsNull(v))
+    if (v == NULL || sy_json_is_null(v))
         return true;
-    if (!cJSON_IsString(v)) {
+    if (!sy_json_is_string(v)) {
         sy_errmsg(err, err_size, "%s.%s: expected a string", ctx, key);
         return false;
     }
-    *out = v->valuestring;
+    *out = v->str;
     return true;
 }
 
-static bool get_type(const cJSON *obj, const char **type, const char *ctx, char *err, size_t err_size) {
+static bool get_type(const sy_json *obj, const char **type, const char *ctx, char *err, size_t err_size) {
     if (!want_object(obj, ctx, err, err_size) || !get_string(obj, "type", type, ctx, err, err_size))
         return false;
     if (*type == NULL) {
@@ -382,55 +383,57 @@ static bool get_type(const cJSON *obj, const char **type, const char *ctx, char 
     return true;
 }
 
-static bool get_id(const cJSON *v, int32_t *id, const char *ctx, char *err, size_t err_size) {
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble >= SY_BPE_MAX_TOKENS ||
-        v->valuedouble != floor(v->valuedouble)) {
+static bool get_id(const sy_json *v, int32_t *id, const char *ctx, char *err, size_t err_size) {
+    if (!sy_json_is_number(v) || !(v->num >= 0) || v->num >= SY_BPE_MAX_TOKENS ||
+        v->num != floor(v->num)) {
         sy_errmsg(err, err_size, "%s: expected an integer id in 0..%u", ctx, SY_BPE_MAX_TOKENS - 1);
         return false;
     }
-    *id = (int32_t)v->valuedouble;
+    *id = (int32_t)v->num;
     return true;
 }
 
 static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, size_t err_size) {
     bool ok = true;
-    cJSON *v;
+    sy_json_doc doc;
+    const sy_json *v;
     if (!d->type.present) {
         sy_errmsg(err, err_size, "model.type is missing (expected \"BPE\")");
         return false;
     }
-    v = parse_span(&d->type, "model.type", err, err_size);
-    if (v == NULL)
+    if (!parse_span(&d->type, "model.type", &doc, err, err_size))
         return false;
-    if (!cJSON_IsString(v) || strcmp(v->valuestring, "BPE") != 0) {
-        sy_errmsg(err, err_size, "model.type is %s%s%s; only \"BPE\" is supported here", cJSON_IsString(v) ? "\"" : "",
-                cJSON_IsString(v) ? v->valuestring : "not a string", cJSON_IsString(v) ? "\"" : "");
+    v = doc.root;
+    if (!sy_json_is_string(v) || strcmp(v->str, "BPE") != 0) {
+        bool str = sy_json_is_string(v);
+        sy_errmsg(err, err_size, "model.type is %s%s%s; only \"BPE\" is supported here", str ? "\"" : "",
+                str ? v->str : "not a string", str ? "\"" : "");
         ok = false;
     }
-    cJSON_Delete(v);
+    sy_json_doc_free(&doc);
     if (ok && d->dropout.present) {
-        v = parse_span(&d->dropout, "model.dropout", err, err_size);
-        if (v == NULL)
+        if (!parse_span(&d->dropout, "model.dropout", &doc, err, err_size))
             return false;
-        if (!cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0.0)) {
+        v = doc.root;
+        if (!sy_json_is_null(v) && !(sy_json_is_number(v) && v->num == 0.0)) {
             sy_errmsg(err, err_size, "model.dropout: BPE dropout (a training option) is not supported");
             ok = false;
         }
-        cJSON_Delete(v);
+        sy_json_doc_free(&doc);
     }
     const sy_json_span *affixes[2] = {&d->prefix, &d->suffix};
     const char *affix_names[2] = {"model.continuing_subword_prefix", "model.end_of_word_suffix"};
     for (int i = 0; ok && i < 2; i++) {
         if (!affixes[i]->present)
             continue;
-        v = parse_span(affixes[i], affix_names[i], err, err_size);
-        if (v == NULL)
+        if (!parse_span(affixes[i], affix_names[i], &doc, err, err_size))
             return false;
-        if (!cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0')) {
+        v = doc.root;
+        if (!sy_json_is_null(v) && !(sy_json_is_string(v) && v->str[0] == '\0')) {
             sy_errmsg(err, err_size, "%s: only null or \"\" is supported for a byte-level BPE", affix_names[i]);
             ok = false;
         }
-        cJSON_Delete(v);
+        sy_json_doc_free(&doc);
     }
     const sy_json_span *flags[3] = {&d->fuse_unk, &d->byte_fallback, &d->ignore_merges};
     const char *flag_names[3] = {"model.fuse_unk", "model.byte_fallback", "model.ignore_merges"};
@@ -438,50 +441,50 @@ static bool load_model_options(sy_bpe_builder *b, const json_doc *d, char *err, 
     for (int i = 0; ok && i < 3; i++) {
         if (!flags[i]->present)
             continue;
-        v = parse_span(flags[i], flag_names[i], err, err_size);
-        if (v == NULL)
+        if (!parse_span(flags[i], flag_names[i], &doc, err, err_size))
             return false;
-        if (cJSON_IsBool(v)) {
-            values[i] = cJSON_IsTrue(v);
-        } else if (!cJSON_IsNull(v)) {
+        v = doc.root;
+        if (sy_json_is_bool(v)) {
+            values[i] = sy_json_is_true(v);
+        } else if (!sy_json_is_null(v)) {
             sy_errmsg(err, err_size, "%s: expected true or false", flag_names[i]);
             ok = false;
         }
-        cJSON_Delete(v);
+        sy_json_doc_free(&doc);
     }
     if (!ok)
         return false;
     sy_bpe_builder_set_byte_fallback(b, values[1]);
     sy_bpe_builder_set_ignore_merges(b, values[2]);
     if (d->unk_token.present) {
-        v = parse_span(&d->unk_token, "model.unk_token", err, err_size);
-        if (v == NULL)
+        if (!parse_span(&d->unk_token, "model.unk_token", &doc, err, err_size))
             return false;
-        if (cJSON_IsString(v)) {
+        v = doc.root;
+        if (sy_json_is_string(v)) {
             char inner[256];
-            if (!sy_bpe_builder_set_unknown(b, v->valuestring, strlen(v->valuestring), values[0], inner,
+            if (!sy_bpe_builder_set_unknown(b, v->str, strlen(v->str), values[0], inner,
                                             sizeof inner)) {
                 sy_errmsg(err, err_size, "model.unk_token: %s", inner);
                 ok = false;
             }
-        } else if (!cJSON_IsNull(v)) {
+        } else if (!sy_json_is_null(v)) {
             sy_errmsg(err, err_size, "model.unk_token: expected a string or null");
             ok = false;
         }
-        cJSON_Delete(v);
+        sy_json_doc_free(&doc);
     }
     return ok;
 }
 
-static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, size_t err_size) {
-    if (cJSON_IsNull(arr))
+static bool load_added_tokens(sy_bpe_builder *b, const sy_json *arr, char *err, size_t err_size) {
+    if (sy_json_is_null(arr))
         return true;
-    if (!cJSON_IsArray(arr)) {
+    if (!sy_json_is_array(arr)) {
         sy_errmsg(err, err_size, "added_tokens: expected an array");
         return false;
     }
     size_t index = 0;
-    for (const cJSON *it = arr->child; it != NULL; it = it->next, index++) {
+    for (const sy_json *it = arr->child; it != NULL; it = it->next, index++) {
         char ctx[48];
         snprintf(ctx, sizeof ctx, "added_tokens[%zu]", index);
         if (!want_object(it, ctx, err, err_size))
@@ -490,7 +493,7 @@ static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, si
         const char *content;
         char idctx[64];
         snprintf(idctx, sizeof idctx, "%s.id", ctx);
-        const cJSON *idv = cJSON_GetObjectItemCaseSensitive(it, "id");
+        const sy_json *idv = sy_json_get(it, "id");
         if (idv == NULL) {
             sy_errmsg(err, err_size, "%s.id is missing", ctx);
             return false;
@@ -520,10 +523,10 @@ static bool load_added_tokens(sy_bpe_builder *b, const cJSON *arr, char *err, si
 
 /* Folds a normalizer (or Sequence of them) into one normal form: compatibility if any step has it, composed
  * if the last step composes. */
-static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, bool *compose, const char *ctx,
+static bool load_normalizer(const sy_json *n, int depth, bool *any, bool *compat, bool *compose, const char *ctx,
                             char *err, size_t err_size) {
     const char *type;
-    if (cJSON_IsNull(n))
+    if (sy_json_is_null(n))
         return true;
     if (depth > 8) {
         sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
@@ -532,13 +535,13 @@ static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, 
     if (!get_type(n, &type, ctx, err, err_size))
         return false;
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
-        if (!cJSON_IsArray(list)) {
+        const sy_json *list = sy_json_get(n, "normalizers");
+        if (!sy_json_is_array(list)) {
             sy_errmsg(err, err_size, "%s.normalizers: expected an array", ctx);
             return false;
         }
         size_t i = 0;
-        for (const cJSON *it = list->child; it != NULL; it = it->next, i++) {
+        for (const sy_json *it = list->child; it != NULL; it = it->next, i++) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s.normalizers[%zu]", ctx, i);
             if (!load_normalizer(it, depth + 1, any, compat, compose, sub, err, err_size))
@@ -558,7 +561,7 @@ static bool load_normalizer(const cJSON *n, int depth, bool *any, bool *compat, 
     return false;
 }
 
-static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bool *saw_byte_level, const char *ctx,
+static bool load_pre_tokenizer(sy_bpe_builder *b, const sy_json *pt, int depth, bool *saw_byte_level, const char *ctx,
                                char *err, size_t err_size) {
     const char *type;
     if (depth > 8) {
@@ -568,13 +571,13 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
     if (!get_type(pt, &type, ctx, err, err_size))
         return false;
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-        if (!cJSON_IsArray(list)) {
+        const sy_json *list = sy_json_get(pt, "pretokenizers");
+        if (!sy_json_is_array(list)) {
             sy_errmsg(err, err_size, "%s.pretokenizers: expected an array", ctx);
             return false;
         }
         size_t i = 0;
-        for (const cJSON *it = list->child; it != NULL; it = it->next, i++) {
+        for (const sy_json *it = list->child; it != NULL; it = it->next, i++) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", ctx, i);
             if (!load_pre_tokenizer(b, it, depth + 1, saw_byte_level, sub, err, err_size))
@@ -602,7 +605,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
                     ctx);
             return false;
         }
-        const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(pt, "pattern");
+        const sy_json *pattern = sy_json_get(pt, "pattern");
         char pctx[112];
         snprintf(pctx, sizeof pctx, "%s.pattern", ctx);
         if (!want_object(pattern, pctx, err, err_size))
@@ -612,7 +615,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
             !get_string(pattern, "String", &literal, pctx, err, err_size) ||
             !get_string(pt, "behavior", &behavior, ctx, err, err_size))
             return false;
-        if ((regex == NULL) == (literal == NULL) || cJSON_GetArraySize(pattern) != 1) {
+        if ((regex == NULL) == (literal == NULL) || sy_json_size(pattern) != 1) {
             sy_errmsg(err, err_size, "%s: expected exactly one of \"Regex\" or \"String\"", pctx);
             return false;
         }
@@ -644,7 +647,7 @@ static bool load_pre_tokenizer(sy_bpe_builder *b, const cJSON *pt, int depth, bo
     return false;
 }
 
-static bool load_decoder(const cJSON *d, int depth, bool *saw_byte_level, const char *ctx, char *err,
+static bool load_decoder(const sy_json *d, int depth, bool *saw_byte_level, const char *ctx, char *err,
                          size_t err_size) {
     const char *type;
     if (depth > 8) {
@@ -658,13 +661,13 @@ static bool load_decoder(const cJSON *d, int depth, bool *saw_byte_level, const 
         return true;
     }
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
-        if (!cJSON_IsArray(list)) {
+        const sy_json *list = sy_json_get(d, "decoders");
+        if (!sy_json_is_array(list)) {
             sy_errmsg(err, err_size, "%s.decoders: expected an array", ctx);
             return false;
         }
         size_t i = 0;
-        for (const cJSON *it = list->child; it != NULL; it = it->next, i++) {
+        for (const sy_json *it = list->child; it != NULL; it = it->next, i++) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s.decoders[%zu]", ctx, i);
             if (!load_decoder(it, depth + 1, saw_byte_level, sub, err, err_size))
@@ -693,22 +696,22 @@ static bool template_add(template_ids *tp, bool after, int32_t id, const char *c
 }
 
 /* A ["<s>", 0] pair of RobertaProcessing / BertProcessing. */
-static bool template_pair(const cJSON *pt, const char *key, int32_t *id, const char *ctx, char *err,
+static bool template_pair(const sy_json *pt, const char *key, int32_t *id, const char *ctx, char *err,
                           size_t err_size) {
-    const cJSON *pair = cJSON_GetObjectItemCaseSensitive(pt, key);
+    const sy_json *pair = sy_json_get(pt, key);
     char sub[112];
     snprintf(sub, sizeof sub, "%s.%s", ctx, key);
-    if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 || !cJSON_IsString(pair->child)) {
+    if (!sy_json_is_array(pair) || sy_json_size(pair) != 2 || !sy_json_is_string(pair->child)) {
         sy_errmsg(err, err_size, "%s: expected [\"token\", id]", sub);
         return false;
     }
     return get_id(pair->child->next, id, sub, err, err_size);
 }
 
-static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, const char *ctx, char *err,
+static bool load_post_processor(const sy_json *pp, int depth, template_ids *tp, const char *ctx, char *err,
                                 size_t err_size) {
     const char *type;
-    if (cJSON_IsNull(pp))
+    if (sy_json_is_null(pp))
         return true;
     if (depth > 8) {
         sy_errmsg(err, err_size, "%s: Sequence nested too deeply", ctx);
@@ -719,13 +722,13 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     if (strcmp(type, "ByteLevel") == 0)
         return true; /* only adjusts offsets */
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
-        if (!cJSON_IsArray(list)) {
+        const sy_json *list = sy_json_get(pp, "processors");
+        if (!sy_json_is_array(list)) {
             sy_errmsg(err, err_size, "%s.processors: expected an array", ctx);
             return false;
         }
         size_t i = 0;
-        for (const cJSON *it = list->child; it != NULL; it = it->next, i++) {
+        for (const sy_json *it = list->child; it != NULL; it = it->next, i++) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s.processors[%zu]", ctx, i);
             if (!load_post_processor(it, depth + 1, tp, sub, err, err_size))
@@ -750,24 +753,24 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
                template_pair(pp, "sep", &sep, ctx, err, err_size) && template_add(tp, false, cls, ctx, err, err_size) &&
                template_add(tp, true, sep, ctx, err, err_size);
     }
-    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
-    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
-    if (!cJSON_IsArray(single)) {
+    const sy_json *single = sy_json_get(pp, "single");
+    const sy_json *specials = sy_json_get(pp, "special_tokens");
+    if (!sy_json_is_array(single)) {
         sy_errmsg(err, err_size, "%s.single: expected an array", ctx);
         return false;
     }
-    if (specials != NULL && !cJSON_IsNull(specials) && !want_object(specials, ctx, err, err_size))
+    if (specials != NULL && !sy_json_is_null(specials) && !want_object(specials, ctx, err, err_size))
         return false;
     bool after = false, saw_sequence = false;
     size_t i = 0;
-    for (const cJSON *it = single->child; it != NULL; it = it->next, i++) {
+    for (const sy_json *it = single->child; it != NULL; it = it->next, i++) {
         char sub[112];
         snprintf(sub, sizeof sub, "%s.single[%zu]", ctx, i);
         if (!want_object(it, sub, err, err_size))
             return false;
-        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(it, "Sequence");
-        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
-        if ((seq == NULL) == (spec == NULL) || cJSON_GetArraySize(it) != 1) {
+        const sy_json *seq = sy_json_get(it, "Sequence");
+        const sy_json *spec = sy_json_get(it, "SpecialToken");
+        if ((seq == NULL) == (spec == NULL) || sy_json_size(it) != 1) {
             sy_errmsg(err, err_size, "%s: expected {\"Sequence\": ...} or {\"SpecialToken\": ...}", sub);
             return false;
         }
@@ -782,14 +785,14 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
         const char *name;
         if (!want_object(spec, sub, err, err_size) || !get_string(spec, "id", &name, sub, err, err_size))
             return false;
-        const cJSON *entry = name && specials ? cJSON_GetObjectItemCaseSensitive(specials, name) : NULL;
-        const cJSON *ids = entry ? cJSON_GetObjectItemCaseSensitive(entry, "ids") : NULL;
-        if (!cJSON_IsArray(ids)) {
+        const sy_json *entry = name && specials ? sy_json_get(specials, name) : NULL;
+        const sy_json *ids = entry ? sy_json_get(entry, "ids") : NULL;
+        if (!sy_json_is_array(ids)) {
             sy_errmsg(err, err_size, "%s: special token %s%s%s has no ids in special_tokens", sub, name ? "\"" : "",
                     name ? name : "(unnamed)", name ? "\"" : "");
             return false;
         }
-        for (const cJSON *idv = ids->child; idv != NULL; idv = idv->next) {
+        for (const sy_json *idv = ids->child; idv != NULL; idv = idv->next) {
             int32_t id;
             if (!get_id(idv, &id, sub, err, err_size) || !template_add(tp, after, id, sub, err, err_size))
                 return false;
@@ -802,13 +805,12 @@ static bool load_post_processor(const cJSON *pp, int depth, template_ids *tp, co
     return true;
 }
 
-/* Parses a recorded section with cJSON (*out stays NULL when the section is absent). */
-static bool with_section(const sy_json_span *s, const char *name, char *err, size_t err_size, cJSON **out) {
-    *out = NULL;
+/* Parses a recorded section (doc->root stays NULL when the section is absent). */
+static bool with_section(const sy_json_span *s, const char *name, char *err, size_t err_size, sy_json_doc *doc) {
+    memset(doc, 0, sizeof *doc);
     if (!s->present)
         return true;
-    *out = parse_span(s, name, err, err_size);
-    return *out != NULL;
+    return parse_span(s, name, doc, err, err_size);
 }
 
 sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t err_size) {
@@ -831,7 +833,7 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     memset(&d, 0, sizeof d);
     strbuf key = {0};
     bool first = true, failed = false, ok = true;
-    cJSON *section = NULL;
+    sy_json_doc section = {0};
 
     sy_json_ws(&j);
     if (!sy_json_peek(&j, '{')) {
@@ -888,25 +890,23 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
 
     if (!with_section(&d.version, "version", err, err_size, &section))
         goto fail;
-    if (section != NULL && !(cJSON_IsString(section) && strcmp(section->valuestring, "1.0") == 0)) {
+    if (section.root != NULL && !(sy_json_is_string(section.root) && strcmp(section.root->str, "1.0") == 0)) {
         sy_errmsg(err, err_size, "version: only \"1.0\" is known");
         goto fail;
     }
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
 
     if (!with_section(&d.added_tokens, "added_tokens", err, err_size, &section) ||
-        (section != NULL && !load_added_tokens(b, section, err, err_size)))
+        (section.root != NULL && !load_added_tokens(b, section.root, err, err_size)))
         goto fail;
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
 
     bool any = false, compat = false, compose = false;
     if (!with_section(&d.normalizer, "normalizer", err, err_size, &section) ||
-        (section != NULL && !load_normalizer(section, 0, &any, &compat, &compose, "normalizer", err, err_size)))
+        (section.root != NULL &&
+         !load_normalizer(section.root, 0, &any, &compat, &compose, "normalizer", err, err_size)))
         goto fail;
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
     sy_bpe_builder_set_normalization(b, !any ? SY_BPE_NORM_NONE
                                         : compat ? (compose ? SY_BPE_NORM_NFKC : SY_BPE_NORM_NFKD)
                                                  : (compose ? SY_BPE_NORM_NFC : SY_BPE_NORM_NFD));
@@ -914,14 +914,13 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     bool saw_byte_level = false;
     if (!with_section(&d.pre_tokenizer, "pre_tokenizer", err, err_size, &section))
         goto fail;
-    if (section == NULL || cJSON_IsNull(section)) {
+    if (section.root == NULL || sy_json_is_null(section.root)) {
         sy_errmsg(err, err_size, "pre_tokenizer is missing: a byte-level BPE needs a ByteLevel pre-tokenizer");
         goto fail;
     }
-    if (!load_pre_tokenizer(b, section, 0, &saw_byte_level, "pre_tokenizer", err, err_size))
+    if (!load_pre_tokenizer(b, section.root, 0, &saw_byte_level, "pre_tokenizer", err, err_size))
         goto fail;
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
     if (!saw_byte_level) {
         sy_errmsg(err, err_size, "pre_tokenizer has no ByteLevel step: only byte-level BPE is supported here");
         goto fail;
@@ -930,14 +929,13 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     saw_byte_level = false;
     if (!with_section(&d.decoder, "decoder", err, err_size, &section))
         goto fail;
-    if (section == NULL || cJSON_IsNull(section)) {
+    if (section.root == NULL || sy_json_is_null(section.root)) {
         sy_errmsg(err, err_size, "decoder is missing: a byte-level BPE needs the ByteLevel decoder");
         goto fail;
     }
-    if (!load_decoder(section, 0, &saw_byte_level, "decoder", err, err_size))
+    if (!load_decoder(section.root, 0, &saw_byte_level, "decoder", err, err_size))
         goto fail;
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
     if (!saw_byte_level) {
         sy_errmsg(err, err_size, "decoder has no ByteLevel step");
         goto fail;
@@ -946,18 +944,16 @@ sy_bpe *sy_bpe_load_json_buffer(const char *json, size_t len, char *err, size_t 
     template_ids tp;
     memset(&tp, 0, sizeof tp);
     if (!with_section(&d.post_processor, "post_processor", err, err_size, &section) ||
-        (section != NULL && !load_post_processor(section, 0, &tp, "post_processor", err, err_size)))
+        (section.root != NULL && !load_post_processor(section.root, 0, &tp, "post_processor", err, err_size)))
         goto fail;
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
     if (!sy_bpe_builder_set_template(b, tp.prefix, tp.n_prefix, tp.suffix, tp.n_suffix, err, err_size))
         goto fail;
 
     sb_free(&key);
     return sy_bpe_builder_finish(b, err, err_size);
 fail:
-    cJSON_Delete(section);
-    section = NULL;
+    sy_json_doc_free(&section);
     sb_free(&key);
     sy_bpe_builder_free(b);
     return NULL;
@@ -1000,30 +996,30 @@ static bool dup_string(const char *s, char **out, char *err, size_t err_size) {
 }
 
 /* bos_token and friends: a string, an AddedToken object with "content", or null. */
-static bool config_token(const cJSON *root, const char *key, char **out, char *err, size_t err_size) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (v == NULL || cJSON_IsNull(v))
+static bool config_token(const sy_json *root, const char *key, char **out, char *err, size_t err_size) {
+    const sy_json *v = sy_json_get(root, key);
+    if (v == NULL || sy_json_is_null(v))
         return true;
-    if (cJSON_IsString(v))
-        return dup_string(v->valuestring, out, err, err_size);
-    if (cJSON_IsObject(v)) {
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (cJSON_IsString(content))
-            return dup_string(content->valuestring, out, err, err_size);
+    if (sy_json_is_string(v))
+        return dup_string(v->str, out, err, err_size);
+    if (sy_json_is_object(v)) {
+        const sy_json *content = sy_json_get(v, "content");
+        if (sy_json_is_string(content))
+            return dup_string(content->str, out, err, err_size);
     }
     sy_errmsg(err, err_size, "%s: expected a string, an object with \"content\", or null", key);
     return false;
 }
 
-static bool config_flag(const cJSON *root, const char *key, int *out, char *err, size_t err_size) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (v == NULL || cJSON_IsNull(v))
+static bool config_flag(const sy_json *root, const char *key, int *out, char *err, size_t err_size) {
+    const sy_json *v = sy_json_get(root, key);
+    if (v == NULL || sy_json_is_null(v))
         return true;
-    if (!cJSON_IsBool(v)) {
+    if (!sy_json_is_bool(v)) {
         sy_errmsg(err, err_size, "%s: expected true or false", key);
         return false;
     }
-    *out = cJSON_IsTrue(v) ? 1 : 0;
+    *out = sy_json_is_true(v) ? 1 : 0;
     return true;
 }
 
@@ -1034,21 +1030,18 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
         sy_errmsg(err, err_size, "tokenizer_config.json: missing or too large");
         return false;
     }
-    sy_json_scan j = {.base = json, .p = json, .end = json + len, .err = err, .err_size = err_size};
-    if (!sy_json_skip(&j))
+    sy_json_doc doc;
+    sy_json_error je;
+    if (!sy_json_parse(&doc, json, len, NULL, &je)) {
+        sy_errmsg(err, err_size, "invalid JSON at byte %zu: %s", je.at, je.what);
         return false;
-    sy_json_ws(&j);
-    if (j.p != j.end)
-        return sy_json_fail(&j, "trailing data after the document");
-    if (j.saw_nul) {
+    }
+    if (doc.saw_nul) {
         sy_errmsg(err, err_size, "strings containing U+0000 are not supported");
+        sy_json_doc_free(&doc);
         return false;
     }
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
-        sy_errmsg(err, err_size, "cannot be parsed (out of memory?)");
-        return false;
-    }
+    const sy_json *root = doc.root;
     bool ok = want_object(root, "tokenizer_config", err, err_size) &&
               config_token(root, "bos_token", &out->bos_token, err, err_size) &&
               config_token(root, "eos_token", &out->eos_token, err, err_size) &&
@@ -1056,24 +1049,24 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
               config_token(root, "unk_token", &out->unk_token, err, err_size) &&
               config_flag(root, "add_bos_token", &out->add_bos_token, err, err_size) &&
               config_flag(root, "add_eos_token", &out->add_eos_token, err, err_size);
-    const cJSON *tpl = ok ? cJSON_GetObjectItemCaseSensitive(root, "chat_template") : NULL;
-    if (ok && tpl != NULL && !cJSON_IsNull(tpl)) {
-        if (cJSON_IsString(tpl)) {
-            ok = dup_string(tpl->valuestring, &out->chat_template, err, err_size);
-        } else if (cJSON_IsArray(tpl)) {
+    const sy_json *tpl = ok ? sy_json_get(root, "chat_template") : NULL;
+    if (ok && tpl != NULL && !sy_json_is_null(tpl)) {
+        if (sy_json_is_string(tpl)) {
+            ok = dup_string(tpl->str, &out->chat_template, err, err_size);
+        } else if (sy_json_is_array(tpl)) {
             const char *first = NULL, *named_default = NULL;
-            for (const cJSON *it = tpl->child; it != NULL; it = it->next) {
-                const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-                const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "template");
-                if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(text)) {
+            for (const sy_json *it = tpl->child; it != NULL; it = it->next) {
+                const sy_json *name = sy_json_get(it, "name");
+                const sy_json *text = sy_json_get(it, "template");
+                if (!sy_json_is_object(it) || !sy_json_is_string(name) || !sy_json_is_string(text)) {
                     sy_errmsg(err, err_size, "chat_template: list entries need a \"name\" and a \"template\" string");
                     ok = false;
                     break;
                 }
                 if (first == NULL)
-                    first = text->valuestring;
-                if (named_default == NULL && strcmp(name->valuestring, "default") == 0)
-                    named_default = text->valuestring;
+                    first = text->str;
+                if (named_default == NULL && strcmp(name->str, "default") == 0)
+                    named_default = text->str;
             }
             const char *chosen = named_default ? named_default : first;
             if (ok && chosen != NULL)
@@ -1083,7 +1076,7 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
             ok = false;
         }
     }
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     if (!ok)
         sy_tokenizer_config_free(out);
     return ok;
