@@ -7,4 +7,9 @@
 
 void sy_errmsg(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* A short, printable rendering of input text (a token, a pattern) for such messages: in double quotes, with '"',
+ * '\\' and control bytes escaped, cut after 40 bytes ("...") or where buf ends. Writes into buf (cap bytes; 128
+ * are plenty) and returns it. */
+const char *sy_errmsg_quote(char *buf, size_t cap, const char *s, size_t len);
+
 #endif

@@ -1,9 +1,9 @@
 /* Hugging Face config.json / generation_config.json parsing; see hf_config.h. */
 #include "hf_config.h"
 
+#include "json_reader.h"
 #include "sy_dtype.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -55,16 +55,16 @@ static printable printable_string(const char *s) {
 #define PS(s) (printable_string(s).text)
 
 /* An absent key and a JSON null both mean "not set". */
-static const cJSON *field(const cJSON *obj, const char *key) {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsNull(item) ? NULL : item;
+static const sy_json *field(const sy_json *obj, const char *key) {
+    const sy_json *item = sy_json_get(obj, key);
+    return sy_json_is_null(item) ? NULL : item;
 }
 
 /* 1 read, 0 not set, -1 refused (message written). Integers must be exact and within [min, max]. */
-static int get_int(const parse_ctx *c, const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t *out) {
-    const cJSON *item = field(obj, key);
+static int get_int(const parse_ctx *c, const sy_json *obj, const char *key, int64_t min, int64_t max, int64_t *out) {
+    const sy_json *item = field(obj, key);
     if (item == NULL) return 0;
-    double d = cJSON_IsNumber(item) ? item->valuedouble : NAN;
+    double d = sy_json_is_number(item) ? item->num : NAN;
     if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != floor(d)) {
         fail(c, "%s is not an integer", key);
         return -1;
@@ -78,7 +78,7 @@ static int get_int(const parse_ctx *c, const cJSON *obj, const char *key, int64_
     return 1;
 }
 
-static int get_u32(const parse_ctx *c, const cJSON *obj, const char *key, uint32_t min, uint32_t max,
+static int get_u32(const parse_ctx *c, const sy_json *obj, const char *key, uint32_t min, uint32_t max,
                    uint32_t *out) {
     int64_t v;
     int r = get_int(c, obj, key, min, max, &v);
@@ -86,7 +86,7 @@ static int get_u32(const parse_ctx *c, const cJSON *obj, const char *key, uint32
     return r;
 }
 
-static bool require_u32(const parse_ctx *c, const cJSON *obj, const char *key, uint32_t min, uint32_t max,
+static bool require_u32(const parse_ctx *c, const sy_json *obj, const char *key, uint32_t min, uint32_t max,
                         uint32_t *out) {
     int r = get_u32(c, obj, key, min, max, out);
     if (r == 0) fail(c, "%s is missing", key);
@@ -94,15 +94,15 @@ static bool require_u32(const parse_ctx *c, const cJSON *obj, const char *key, u
 }
 
 /* Finite number in [min, max], or in (min, max] when min_exclusive. */
-static int get_double(const parse_ctx *c, const cJSON *obj, const char *key, double min, double max,
+static int get_double(const parse_ctx *c, const sy_json *obj, const char *key, double min, double max,
                       bool min_exclusive, double *out) {
-    const cJSON *item = field(obj, key);
+    const sy_json *item = field(obj, key);
     if (item == NULL) return 0;
-    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)) {
+    if (!sy_json_is_number(item) || !isfinite(item->num)) {
         fail(c, "%s is not a number", key);
         return -1;
     }
-    double v = item->valuedouble;
+    double v = item->num;
     if ((min_exclusive ? v <= min : v < min) || v > max) {
         fail(c, "%s %g is outside %s%g, %g]", key, v, min_exclusive ? "(" : "[", min, max);
         return -1;
@@ -111,32 +111,32 @@ static int get_double(const parse_ctx *c, const cJSON *obj, const char *key, dou
     return 1;
 }
 
-static int get_bool(const parse_ctx *c, const cJSON *obj, const char *key, bool *out) {
-    const cJSON *item = field(obj, key);
+static int get_bool(const parse_ctx *c, const sy_json *obj, const char *key, bool *out) {
+    const sy_json *item = field(obj, key);
     if (item == NULL) return 0;
-    if (!cJSON_IsBool(item)) {
+    if (!sy_json_is_bool(item)) {
         fail(c, "%s is not true or false", key);
         return -1;
     }
-    *out = cJSON_IsTrue(item);
+    *out = sy_json_is_true(item);
     return 1;
 }
 
 /* A string field; NULL when not set, *bad when present but not a string. */
-static const char *get_string(const parse_ctx *c, const cJSON *obj, const char *key, bool *bad) {
-    const cJSON *item = field(obj, key);
+static const char *get_string(const parse_ctx *c, const sy_json *obj, const char *key, bool *bad) {
+    const sy_json *item = field(obj, key);
     *bad = false;
     if (item == NULL) return NULL;
-    if (!cJSON_IsString(item)) {
+    if (!sy_json_is_string(item)) {
         fail(c, "%s is not a string", key);
         *bad = true;
         return NULL;
     }
-    return item->valuestring;
+    return item->str;
 }
 
 /* A token id below vocab (when vocab > 0). Negative pad ids are a common way of saying "none". */
-static int get_token(const parse_ctx *c, const cJSON *obj, const char *key, uint32_t vocab, bool negative_is_none,
+static int get_token(const parse_ctx *c, const sy_json *obj, const char *key, uint32_t vocab, bool negative_is_none,
                      int64_t *out) {
     *out = SY_HF_NO_TOKEN;
     int64_t v;
@@ -147,28 +147,27 @@ static int get_token(const parse_ctx *c, const cJSON *obj, const char *key, uint
 }
 
 /* eos_token_id: one id or a list of ids. */
-static bool get_eos(const parse_ctx *c, const cJSON *obj, uint32_t vocab, int64_t *ids, uint32_t *n) {
+static bool get_eos(const parse_ctx *c, const sy_json *obj, uint32_t vocab, int64_t *ids, uint32_t *n) {
     *n = 0;
-    const cJSON *item = field(obj, "eos_token_id");
+    const sy_json *item = field(obj, "eos_token_id");
     if (item == NULL) return true;
-    if (cJSON_IsNumber(item)) {
+    if (sy_json_is_number(item)) {
         int64_t v;
         if (get_token(c, obj, "eos_token_id", vocab, false, &v) != 1) return false;
         ids[(*n)++] = v;
         return true;
     }
-    if (!cJSON_IsArray(item)) {
+    if (!sy_json_is_array(item)) {
         fail(c, "eos_token_id is neither an id nor a list of ids");
         return false;
     }
-    int count = cJSON_GetArraySize(item);
+    size_t count = sy_json_size(item);
     if (count > SY_HF_MAX_EOS) {
-        fail(c, "eos_token_id lists %d ids, more than %d", count, SY_HF_MAX_EOS);
+        fail(c, "eos_token_id lists %zu ids, more than %d", count, SY_HF_MAX_EOS);
         return false;
     }
-    const cJSON *e;
-    cJSON_ArrayForEach(e, item) {
-        double d = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+    for (const sy_json *e = item->child; e != NULL; e = e->next) {
+        double d = sy_json_is_number(e) ? e->num : -1.0;
         if (!(d >= 0.0 && d < (vocab > 0 ? (double)vocab : 2147483648.0)) || d != floor(d)) {
             fail(c, "eos_token_id[%u] is not a token id below %u", *n, vocab);
             return false;
@@ -180,7 +179,7 @@ static bool get_eos(const parse_ctx *c, const cJSON *obj, uint32_t vocab, int64_
 
 /* ---- rope ---- */
 
-static bool parse_rope(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg, double default_theta) {
+static bool parse_rope(const parse_ctx *c, const sy_json *root, sy_hf_config *cfg, double default_theta) {
     sy_hf_rope *rope = &cfg->rope;
     memset(rope, 0, sizeof *rope);
     rope->type = SY_HF_ROPE_DEFAULT;
@@ -190,14 +189,14 @@ static bool parse_rope(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg,
     if (get_double(c, root, "rope_theta", 0.0, 1e12, true, &rope->theta) < 0) return false;
 
     /* transformers 5 folds theta and scaling into rope_parameters; older files use rope_scaling. */
-    const cJSON *params = field(root, "rope_parameters");
+    const sy_json *params = field(root, "rope_parameters");
     const char *params_key = "rope_parameters";
     if (params == NULL) {
         params = field(root, "rope_scaling");
         params_key = "rope_scaling";
     }
     if (params == NULL) return true;
-    if (!cJSON_IsObject(params)) {
+    if (!sy_json_is_object(params)) {
         fail(c, "%s is not an object", params_key);
         return false;
     }
@@ -282,7 +281,7 @@ const char *sy_hf_arch_name(sy_hf_arch arch) {
     return "unknown";
 }
 
-static const arch_info *identify(const parse_ctx *c, const cJSON *root) {
+static const arch_info *identify(const parse_ctx *c, const sy_json *root) {
     bool bad;
     const char *model_type = get_string(c, root, "model_type", &bad);
     if (bad) return NULL;
@@ -298,13 +297,13 @@ static const arch_info *identify(const parse_ctx *c, const cJSON *root) {
         fail(c, "model_type %s is not supported (qwen2, qwen3, llama and lfm2 are)", PS(model_type));
         return NULL;
     }
-    const cJSON *archs = field(root, "architectures");
+    const sy_json *archs = field(root, "architectures");
     if (archs != NULL) {
-        if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) != 1 || !cJSON_IsString(cJSON_GetArrayItem(archs, 0))) {
+        if (!sy_json_is_array(archs) || sy_json_size(archs) != 1 || !sy_json_is_string(sy_json_at(archs, 0))) {
             fail(c, "architectures is not a list of one class name");
             return NULL;
         }
-        const char *cls = cJSON_GetArrayItem(archs, 0)->valuestring;
+        const char *cls = sy_json_at(archs, 0)->str;
         if (strcmp(cls, info->class_name) != 0) {
             fail(c, "architecture %s is not supported (%s is, for model_type %s)", PS(cls), info->class_name,
                  info->model_type);
@@ -315,19 +314,18 @@ static const arch_info *identify(const parse_ctx *c, const cJSON *root) {
 }
 
 /* Layer kinds: lfm2 mixes attention and convolution layers; the others must be all full attention. */
-static bool parse_layer_types(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg) {
+static bool parse_layer_types(const parse_ctx *c, const sy_json *root, sy_hf_config *cfg) {
     uint32_t n = cfg->num_hidden_layers;
     memset(cfg->layer_types, SY_HF_LAYER_ATTENTION, sizeof cfg->layer_types);
-    const cJSON *types = field(root, "layer_types");
+    const sy_json *types = field(root, "layer_types");
     if (types != NULL) {
-        if (!cJSON_IsArray(types) || (uint32_t)cJSON_GetArraySize(types) != n) {
+        if (!sy_json_is_array(types) || sy_json_size(types) != n) {
             fail(c, "layer_types is not a list of %u layer kinds", n);
             return false;
         }
         uint32_t i = 0;
-        const cJSON *t;
-        cJSON_ArrayForEach(t, types) {
-            const char *kind = cJSON_IsString(t) ? t->valuestring : "(not a string)";
+        for (const sy_json *t = types->child; t != NULL; t = t->next) {
+            const char *kind = sy_json_is_string(t) ? t->str : "(not a string)";
             if (strcmp(kind, "full_attention") == 0) {
                 cfg->layer_types[i] = SY_HF_LAYER_ATTENTION;
             } else if (cfg->arch == SY_HF_ARCH_LFM2 && strcmp(kind, "conv") == 0) {
@@ -341,17 +339,16 @@ static bool parse_layer_types(const parse_ctx *c, const cJSON *root, sy_hf_confi
         return true;
     }
     if (cfg->arch != SY_HF_ARCH_LFM2) return true;
-    const cJSON *idxs = field(root, "full_attn_idxs");
+    const sy_json *idxs = field(root, "full_attn_idxs");
     if (idxs == NULL) return true; /* transformers: every layer attends */
-    if (!cJSON_IsArray(idxs)) {
+    if (!sy_json_is_array(idxs)) {
         fail(c, "full_attn_idxs is not a list of layer indices");
         return false;
     }
     memset(cfg->layer_types, SY_HF_LAYER_CONV, n);
-    const cJSON *e;
     uint32_t k = 0;
-    cJSON_ArrayForEach(e, idxs) {
-        double d = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+    for (const sy_json *e = idxs->child; e != NULL; e = e->next) {
+        double d = sy_json_is_number(e) ? e->num : -1.0;
         if (!(d >= 0.0 && d < (double)n) || d != floor(d)) {
             fail(c, "full_attn_idxs[%u] is not a layer index below %u", k, n);
             return false;
@@ -363,7 +360,7 @@ static bool parse_layer_types(const parse_ctx *c, const cJSON *root, sy_hf_confi
 }
 
 /* The MLP width Lfm2MLP builds from intermediate_size, computed the way transformers does (doubles, truncation). */
-static bool lfm2_ff_dim(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg) {
+static bool lfm2_ff_dim(const parse_ctx *c, const sy_json *root, sy_hf_config *cfg) {
     bool auto_adjust = true;
     double multiplier = 1.0;
     uint32_t multiple_of = 256;
@@ -372,8 +369,7 @@ static bool lfm2_ff_dim(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg
     if (has_multiplier < 0) return false;
     if (get_u32(c, root, "block_multiple_of", 1, 1u << 16, &multiple_of) < 0) return false;
     /* An explicit null multiplier skips the rounding; an absent one takes the class default 1.0. */
-    const cJSON *raw_multiplier = cJSON_GetObjectItemCaseSensitive(root, "block_ffn_dim_multiplier");
-    bool multiplier_null = raw_multiplier != NULL && cJSON_IsNull(raw_multiplier);
+    bool multiplier_null = sy_json_is_null(sy_json_get(root, "block_ffn_dim_multiplier"));
     uint64_t ff = cfg->intermediate_size;
     if (auto_adjust) {
         ff = (uint64_t)(2.0 * (double)ff / 3.0);
@@ -391,9 +387,9 @@ static bool lfm2_ff_dim(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg
     return true;
 }
 
-static bool parse_config_root(const parse_ctx *c, const cJSON *root, sy_hf_config *cfg) {
+static bool parse_config_root(const parse_ctx *c, const sy_json *root, sy_hf_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    if (!cJSON_IsObject(root)) {
+    if (!sy_json_is_object(root)) {
         fail(c, "not a JSON object");
         return false;
     }
@@ -534,6 +530,22 @@ static bool parse_config_root(const parse_ctx *c, const cJSON *root, sy_hf_confi
     return true;
 }
 
+/* The document as a tree; false (message written) when it is not JSON, or holds U+0000 in a string (which the
+ * C strings taken from it would silently cut short). */
+static bool parse_document(const parse_ctx *c, const char *json, size_t len, sy_json_doc *doc) {
+    sy_json_error je;
+    if (!sy_json_parse(doc, json, len, NULL, &je)) {
+        fail(c, "not valid JSON (at byte %zu: %s)", je.at, je.what);
+        return false;
+    }
+    if (doc->saw_nul) {
+        fail(c, "strings containing U+0000 are not supported");
+        sy_json_doc_free(doc);
+        return false;
+    }
+    return true;
+}
+
 bool sy_hf_config_parse(const char *json, size_t len, const char *source, sy_hf_config *out, char *err,
                         size_t err_size) {
     parse_ctx c = {source != NULL ? source : "config.json", err, err_size};
@@ -542,21 +554,19 @@ bool sy_hf_config_parse(const char *json, size_t len, const char *source, sy_hf_
         fail(&c, "missing or larger than %u bytes", SY_HF_MAX_CONFIG_BYTES);
         return false;
     }
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
-        fail(&c, "not valid JSON");
-        return false;
-    }
+    sy_json_doc doc;
+    if (!parse_document(&c, json, len, &doc)) return false;
+    const sy_json *root = doc.root;
     sy_hf_config cfg;
     bool ok = parse_config_root(&c, root, &cfg);
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     if (ok) *out = cfg;
     return ok;
 }
 
-static bool parse_generation_root(const parse_ctx *c, const cJSON *root, uint32_t vocab,
+static bool parse_generation_root(const parse_ctx *c, const sy_json *root, uint32_t vocab,
                                   sy_hf_generation_config *g) {
-    if (!cJSON_IsObject(root)) {
+    if (!sy_json_is_object(root)) {
         fail(c, "not a JSON object");
         return false;
     }
@@ -594,15 +604,13 @@ bool sy_hf_generation_config_parse(const char *json, size_t len, const char *sou
         fail(&c, "missing or larger than %u bytes", SY_HF_MAX_CONFIG_BYTES);
         return false;
     }
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
-        fail(&c, "not valid JSON");
-        return false;
-    }
+    sy_json_doc doc;
+    if (!parse_document(&c, json, len, &doc)) return false;
+    const sy_json *root = doc.root;
     sy_hf_generation_config g;
     generation_config_empty(&g);
     bool ok = parse_generation_root(&c, root, vocab_size, &g);
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     if (ok) *out = g;
     return ok;
 }

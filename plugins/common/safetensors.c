@@ -2,10 +2,10 @@
 #include "safetensors.h"
 
 #include "hf_config.h"
+#include "json_reader.h"
 #include "sy_dtype.h"
 #include "errmsg.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -127,9 +127,9 @@ static uint64_t read_le64(const uint8_t *p) {
 }
 
 /* A JSON number that is a non-negative integer small enough to be exact. */
-static bool json_uint(const cJSON *item, uint64_t *out) {
-    if (!cJSON_IsNumber(item)) return false;
-    double d = item->valuedouble;
+static bool json_uint(const sy_json *item, uint64_t *out) {
+    if (!sy_json_is_number(item)) return false;
+    double d = item->num;
     if (!(d >= 0.0 && d < MAX_EXACT_JSON_INTEGER)) return false; /* also refuses NaN */
     uint64_t v = (uint64_t)d;
     if ((double)v != d) return false;
@@ -214,12 +214,12 @@ static bool push_tensor(sy_safetensors *st, const sy_safetensors_tensor *t) {
     return true;
 }
 
-static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_size) {
-    if (!cJSON_IsObject(meta)) {
+static bool parse_metadata(shard *sh, const sy_json *meta, char *err, size_t err_size) {
+    if (!sy_json_is_object(meta)) {
         sy_errmsg(err, err_size, "%s: __metadata__ is not an object", PN(sh->path));
         return false;
     }
-    size_t n = (size_t)cJSON_GetArraySize(meta);
+    size_t n = sy_json_size(meta);
     if (n == 0) return true;
     sh->meta_keys = calloc(n, sizeof *sh->meta_keys);
     sh->meta_values = calloc(n, sizeof *sh->meta_values);
@@ -227,14 +227,12 @@ static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_s
         sy_errmsg(err, err_size, "%s: out of memory", PN(sh->path));
         return false;
     }
-    const cJSON *item;
-    cJSON_ArrayForEach(item, meta) {
-        if (!cJSON_IsString(item) || item->string == NULL) {
-            sy_errmsg(err, err_size, "%s: __metadata__ value of %s is not a string", PN(sh->path),
-                    PN(item->string != NULL ? item->string : "(unnamed)"));
+    for (const sy_json *item = meta->child; item != NULL; item = item->next) {
+        if (!sy_json_is_string(item)) {
+            sy_errmsg(err, err_size, "%s: __metadata__ value of %s is not a string", PN(sh->path), PN(item->key));
             return false;
         }
-        char *k = dup_string(item->string), *v = dup_string(item->valuestring);
+        char *k = dup_string(item->key), *v = dup_string(item->str);
         if (k == NULL || v == NULL) {
             free(k);
             free(v);
@@ -249,9 +247,9 @@ static bool parse_metadata(shard *sh, const cJSON *meta, char *err, size_t err_s
 }
 
 /* Parse one tensor entry of a header into *t (name not yet owned). */
-static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSON *entry, sy_safetensors_tensor *t,
-                               char *err, size_t err_size) {
-    const char *name = entry->string;
+static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const sy_json *entry,
+                               sy_safetensors_tensor *t, char *err, size_t err_size) {
+    const char *name = entry->key;
     const char *file = sh->path;
     size_t name_len = strlen(name);
     if (name_len == 0) {
@@ -263,41 +261,40 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
                 MAX_TENSOR_NAME_BYTES);
         return false;
     }
-    if (!cJSON_IsObject(entry)) {
+    if (!sy_json_is_object(entry)) {
         sy_errmsg(err, err_size, "%s: tensor %s: entry is not an object", PN(file), PN(name));
         return false;
     }
     memset(t, 0, sizeof *t);
 
-    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
-    if (!cJSON_IsString(dtype)) {
+    const sy_json *dtype = sy_json_get(entry, "dtype");
+    if (!sy_json_is_string(dtype)) {
         sy_errmsg(err, err_size, "%s: tensor %s: missing or non-string \"dtype\"", PN(file), PN(name));
         return false;
     }
-    const dtype_info *info = dtype_lookup(dtype->valuestring);
+    const dtype_info *info = dtype_lookup(dtype->str);
     if (info == NULL) {
-        sy_errmsg(err, err_size, "%s: tensor %s: unknown dtype %s", PN(file), PN(name), PN(dtype->valuestring));
+        sy_errmsg(err, err_size, "%s: tensor %s: unknown dtype %s", PN(file), PN(name), PN(dtype->str));
         return false;
     }
     t->dtype_name = info->name;
     t->dtype = info->sy;
 
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
-    if (!cJSON_IsArray(shape)) {
+    const sy_json *shape = sy_json_get(entry, "shape");
+    if (!sy_json_is_array(shape)) {
         sy_errmsg(err, err_size, "%s: tensor %s: missing or non-array \"shape\"", PN(file), PN(name));
         return false;
     }
-    int rank = cJSON_GetArraySize(shape);
+    size_t rank = sy_json_size(shape);
     if (rank > SY_SAFETENSORS_MAX_DIMS) {
-        sy_errmsg(err, err_size, "%s: tensor %s: rank %d is more than %d", PN(file), PN(name), rank,
+        sy_errmsg(err, err_size, "%s: tensor %s: rank %zu is more than %d", PN(file), PN(name), rank,
                 SY_SAFETENSORS_MAX_DIMS);
         return false;
     }
     t->n_dims = (uint32_t)rank;
     uint64_t elements = 1;
-    const cJSON *dim;
     uint32_t d = 0;
-    cJSON_ArrayForEach(dim, shape) {
+    for (const sy_json *dim = shape->child; dim != NULL; dim = dim->next) {
         uint64_t v;
         if (!json_uint(dim, &v)) {
             sy_errmsg(err, err_size, "%s: tensor %s: shape[%u] is not a non-negative integer below 2^53", PN(file),
@@ -325,10 +322,10 @@ static bool parse_tensor_entry(const shard *sh, uint32_t shard_index, const cJSO
     }
     uint64_t need = bits / 8;
 
-    const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
+    const sy_json *offsets = sy_json_get(entry, "data_offsets");
     uint64_t begin, end;
-    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
-        !json_uint(cJSON_GetArrayItem(offsets, 0), &begin) || !json_uint(cJSON_GetArrayItem(offsets, 1), &end)) {
+    if (!sy_json_is_array(offsets) || sy_json_size(offsets) != 2 ||
+        !json_uint(sy_json_at(offsets, 0), &begin) || !json_uint(sy_json_at(offsets, 1), &end)) {
         sy_errmsg(err, err_size, "%s: tensor %s: \"data_offsets\" is not a pair of non-negative integers", PN(file),
                 PN(name));
         return false;
@@ -415,50 +412,41 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
     sh->data_start = 8 + header_len;
     sh->data_len = sh->size - sh->data_start;
 
-    /* cJSON gets its own NUL-terminated copy, so no parser path can read past the header. */
-    char *text = malloc(sh->header_len + 1);
-    if (text == NULL) {
-        sy_errmsg(err, err_size, "%s: out of memory for a %zu-byte header", PN(file), sh->header_len);
-        return false;
-    }
-    memcpy(text, sh->header, sh->header_len);
-    text[sh->header_len] = '\0';
-    const char *parse_end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, sh->header_len, &parse_end, false);
-    if (root == NULL) {
-        size_t at = parse_end != NULL && parse_end >= text ? (size_t)(parse_end - text) : 0;
-        sy_errmsg(err, err_size, "%s: header is not valid JSON (near byte %zu of %zu)", PN(file), at, sh->header_len);
-        free(text);
+    /* The reader stays within the header's bytes: no copy is needed to keep it from the tensor data. */
+    sy_json_doc doc;
+    sy_json_error je;
+    size_t parse_end = 0;
+    if (!sy_json_parse(&doc, (const char *)sh->header, sh->header_len, &parse_end, &je)) {
+        sy_errmsg(err, err_size, "%s: header is not valid JSON (near byte %zu of %zu: %s)", PN(file), je.at,
+                sh->header_len, je.what);
         return false;
     }
     /* Writers pad the header with spaces; anything else after the object is not ours to ignore. */
-    for (const char *p = parse_end; p != NULL && p < text + sh->header_len; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            sy_errmsg(err, err_size, "%s: header has bytes after its JSON object (at byte %zu)", PN(file),
-                    (size_t)(p - text));
-            cJSON_Delete(root);
-            free(text);
+    for (size_t at = parse_end; at < sh->header_len; at++) {
+        char c = (char)sh->header[at];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+            sy_errmsg(err, err_size, "%s: header has bytes after its JSON object (at byte %zu)", PN(file), at);
+            sy_json_doc_free(&doc);
             return false;
         }
     }
-    free(text);
-    if (!cJSON_IsObject(root)) {
+    if (doc.saw_nul) {
+        sy_errmsg(err, err_size, "%s: header strings containing U+0000 are not supported", PN(file));
+        sy_json_doc_free(&doc);
+        return false;
+    }
+    const sy_json *root = doc.root;
+    if (!sy_json_is_object(root)) {
         sy_errmsg(err, err_size, "%s: header is not a JSON object", PN(file));
-        cJSON_Delete(root);
+        sy_json_doc_free(&doc);
         return false;
     }
 
     bool ok = true;
     bool seen_metadata = false;
     size_t first = st->tensor_count;
-    const cJSON *entry;
-    cJSON_ArrayForEach(entry, root) {
-        if (entry->string == NULL) {
-            sy_errmsg(err, err_size, "%s: header entry without a name", PN(file));
-            ok = false;
-            break;
-        }
-        if (strcmp(entry->string, "__metadata__") == 0) {
+    for (const sy_json *entry = root->child; entry != NULL; entry = entry->next) {
+        if (strcmp(entry->key, "__metadata__") == 0) {
             if (seen_metadata) {
                 sy_errmsg(err, err_size, "%s: __metadata__ appears twice", PN(file));
                 ok = false;
@@ -476,7 +464,7 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
             ok = false;
             break;
         }
-        t.name = dup_string(entry->string);
+        t.name = dup_string(entry->key);
         if (t.name == NULL || !push_tensor(st, &t)) {
             free((char *)t.name);
             sy_errmsg(err, err_size, "%s: out of memory", PN(file));
@@ -484,7 +472,7 @@ static bool parse_shard(sy_safetensors *st, uint32_t shard_index, char *err, siz
             break;
         }
     }
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     return ok && check_overlaps(st, first, file, err, err_size);
 }
 
@@ -495,7 +483,7 @@ static int compare_by_name(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Sort by name and refuse duplicates (cJSON keeps repeated keys; shards may repeat each other). */
+/* Sort by name and refuse duplicates (the JSON reader keeps repeated keys; shards may repeat each other). */
 static bool finish(sy_safetensors *st, char *err, size_t err_size) {
     if (st->tensor_count > 1) qsort(st->tensors, st->tensor_count, sizeof *st->tensors, compare_by_name);
     for (size_t i = 1; i < st->tensor_count; i++) {
@@ -633,21 +621,29 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
     size_t len = 0;
     char *text = sy_hf_read_file(index_path, MAX_INDEX_BYTES, &len, err, err_size);
     if (text == NULL) return NULL;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    sy_json_doc doc;
+    sy_json_error je;
+    bool parsed = sy_json_parse(&doc, text, len, NULL, &je);
     free(text);
-    if (root == NULL) {
-        sy_errmsg(err, err_size, "%s: not valid JSON", PN(index_path));
+    if (!parsed) {
+        sy_errmsg(err, err_size, "%s: not valid JSON (at byte %zu: %s)", PN(index_path), je.at, je.what);
         return NULL;
     }
+    if (doc.saw_nul) {
+        sy_errmsg(err, err_size, "%s: strings containing U+0000 are not supported", PN(index_path));
+        sy_json_doc_free(&doc);
+        return NULL;
+    }
+    const sy_json *root = doc.root;
     sy_safetensors *st = NULL;
     const char **names = NULL;
     char *dir = NULL;
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!cJSON_IsObject(root) || !cJSON_IsObject(map)) {
+    const sy_json *map = sy_json_get(root, "weight_map");
+    if (!sy_json_is_object(root) || !sy_json_is_object(map)) {
         sy_errmsg(err, err_size, "%s: no \"weight_map\" object", PN(index_path));
         goto fail;
     }
-    size_t entries = (size_t)cJSON_GetArraySize(map);
+    size_t entries = sy_json_size(map);
     if (entries == 0) {
         sy_errmsg(err, err_size, "%s: \"weight_map\" is empty", PN(index_path));
         goto fail;
@@ -658,15 +654,13 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
         goto fail;
     }
     size_t n = 0;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, map) {
-        const char *tensor = item->string != NULL ? item->string : "(unnamed)";
-        if (!cJSON_IsString(item) || !valid_shard_name(item->valuestring)) {
+    for (const sy_json *item = map->child; item != NULL; item = item->next) {
+        if (!sy_json_is_string(item) || !valid_shard_name(item->str)) {
             sy_errmsg(err, err_size, "%s: weight_map entry of tensor %s is not a plain file name beside the index",
-                    PN(index_path), PN(tensor));
+                    PN(index_path), PN(item->key));
             goto fail;
         }
-        names[n++] = item->valuestring;
+        names[n++] = item->str;
     }
     qsort(names, n, sizeof *names, compare_strings);
     size_t unique = 0;
@@ -693,31 +687,31 @@ static sy_safetensors *open_index(const char *index_path, char *err, size_t err_
     }
     if (!finish(st, err, err_size)) goto fail;
     /* The index must tell the truth about where each tensor lives. */
-    cJSON_ArrayForEach(item, map) {
-        const sy_safetensors_tensor *t = sy_safetensors_find(st, item->string);
-        const char *expected = item->valuestring;
+    for (const sy_json *item = map->child; item != NULL; item = item->next) {
+        const sy_safetensors_tensor *t = sy_safetensors_find(st, item->key);
+        const char *expected = item->str;
         if (t == NULL) {
             sy_errmsg(err, err_size, "%s: weight_map names tensor %s in %s, which does not hold it", PN(index_path),
-                    PN(item->string), PN(expected));
+                    PN(item->key), PN(expected));
             goto fail;
         }
         const char *actual = st->shards[t->shard].path;
         size_t a = strlen(actual), e = strlen(expected);
         if (!(a >= e && strcmp(actual + a - e, expected) == 0 && (a == e || actual[a - e - 1] == '/'))) {
             sy_errmsg(err, err_size, "%s: weight_map names tensor %s in %s, but it is in %s", PN(index_path),
-                    PN(item->string), PN(expected), PN(actual));
+                    PN(item->key), PN(expected), PN(actual));
             goto fail;
         }
     }
     free(dir);
     free(names);
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     return st;
 fail:
     sy_safetensors_close(st);
     free(dir);
     free(names);
-    cJSON_Delete(root);
+    sy_json_doc_free(&doc);
     return NULL;
 }
 
