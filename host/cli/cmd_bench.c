@@ -177,7 +177,7 @@ static void print_json(const sy_loaded_model *lm, const char *path, const bench_
         if ((unsigned char)*p >= 0x20) putchar(*p);
     }
     printf("\", \"plugin\": \"%s\", \"architecture\": \"%s\", \"weight_dtype\": \"%s\", \"threads\": %u,"
-           " \"load_s\": %.4f, \"first_token_s\": %.4f, \"load_plus_first_token_s\": %.4f,"
+           " \"load_s\": %.6f, \"first_token_s\": %.6f, \"load_plus_first_token_s\": %.6f,"
            " \"prompt_tokens\": %u, \"prefill_s\": %.4f, \"prefill_tok_s\": %.2f,"
            " \"gen_tokens\": %u, \"decode_s\": %.4f, \"decode_tok_s\": %.2f,"
            " \"peak_rss_mb\": %.1f, \"rss_mb\": %.1f, \"anon_rss_mb\": %.1f, \"file_rss_mb\": %.1f,"

@@ -1,8 +1,8 @@
 /* The byte-level BPE tokenizer (tokenizer_bpe.h): the built object's lifetime, accessors and decoding.
  *
  * The tokenizer is in several files, by what each part does (tokenizer_bpe_internal.h lists them): this one
- * holds what a user of a built tokenizer calls besides sy_bpe_tokenize (bpe_encode.c); building is bpe_builder.c, loading a
- * tokenizer.json is tokenizer_json.c.
+ * holds what a user of a built tokenizer calls besides sy_bpe_tokenize (bpe_encode.c); building is
+ * bpe_builder.c, loading a tokenizer.json is tokenizer_json.c.
  */
 #include "tokenizer_bpe_internal.h"
 
