@@ -1207,6 +1207,20 @@ static void *engine_loop(void *arg) {
 /* ------------------------------------------------------------------------------------------------------------
  * Lifetime and counters */
 
+/* What create made before the loop thread: the locks and the arrays; then the scheduler itself. */
+static void scheduler_free_parts(sy_scheduler *s) {
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->task_done);
+    pthread_mutex_destroy(&s->lock);
+    free(s->slots);
+    free(s->items);
+    free(s->item_status);
+    free(s->sample_params);
+    free(s->sample_tokens);
+    free(s->item_slots);
+    free(s);
+}
+
 sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_options *opts) {
     if (lm == NULL || lm->engine == NULL || lm->model == NULL || opts == NULL) return NULL;
     sy_scheduler *s = sy_xcalloc(1, sizeof *s);
@@ -1256,17 +1270,8 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
     pthread_condattr_destroy(&attr);
     if (pthread_create(&s->thread, NULL, engine_loop, s) != 0) {
         sy_log(SY_LOG_ERROR, "scheduler: cannot start the engine loop thread");
-        pthread_cond_destroy(&s->wake);
-        pthread_cond_destroy(&s->task_done);
-        pthread_mutex_destroy(&s->lock);
-        free(s->items);
-        free(s->item_status);
-        free(s->sample_params);
-        free(s->sample_tokens);
-        free(s->item_slots);
-        free(s->slots);
         sy_prefix_cache_free(s->cache);
-        free(s);
+        scheduler_free_parts(s);
         return NULL;
     }
     return s;
@@ -1288,17 +1293,8 @@ void sy_scheduler_destroy(sy_scheduler *s) {
         free(s->slots[i].tokens);
         free(s->slots[i].logits);
     }
-    pthread_cond_destroy(&s->wake);
-    pthread_cond_destroy(&s->task_done);
-    pthread_mutex_destroy(&s->lock);
-    free(s->slots);
-    free(s->items);
-    free(s->item_status);
-    free(s->sample_params);
-    free(s->sample_tokens);
-    free(s->item_slots);
     free(s->piece);
-    free(s);
+    scheduler_free_parts(s);
 }
 
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out) {
