@@ -89,21 +89,11 @@ static char *read_small_file(const char *path, char *err, size_t err_size) {
     }
     sy_buf b;
     sy_buf_init(&b);
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (b.len + n > SY_API_MAX_TEMPLATE_FILE) {
-            snprintf(err, err_size, "chat_template_file %s: larger than %zu bytes", path, SY_API_MAX_TEMPLATE_FILE);
-            fclose(f);
-            sy_buf_free(&b);
-            return NULL;
-        }
-        sy_buf_append(&b, chunk, n);
-    }
-    int failed = ferror(f);
+    bool read_ok = sy_buf_read(&b, f, SY_API_MAX_TEMPLATE_FILE);
     fclose(f);
-    if (failed) {
-        snprintf(err, err_size, "chat_template_file %s: read error", path);
+    if (!read_ok || b.len > SY_API_MAX_TEMPLATE_FILE) {
+        if (!read_ok) snprintf(err, err_size, "chat_template_file %s: read error", path);
+        else snprintf(err, err_size, "chat_template_file %s: larger than %zu bytes", path, SY_API_MAX_TEMPLATE_FILE);
         sy_buf_free(&b);
         return NULL;
     }

@@ -61,6 +61,20 @@ void sy_buf_printf(sy_buf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
+bool sy_buf_read(sy_buf *b, FILE *f, size_t max) {
+    size_t start = b->len;
+    for (;;) {
+        size_t left = max - (b->len - start); /* max + 1 - read would overflow for max = SIZE_MAX */
+        size_t want = left >= 65536 ? 65536 : left + 1;
+        buf_reserve(b, want);
+        size_t got = fread(b->data + b->len, 1, want, f);
+        b->len += got;
+        b->data[b->len] = '\0';
+        if (got < want || b->len - start > max) break; /* a short read is the end of the stream or an error */
+    }
+    return !ferror(f);
+}
+
 void sy_buf_consume(sy_buf *b, size_t n) {
     if (n >= b->len) {
         b->len = 0;
@@ -78,7 +92,6 @@ char *sy_buf_take(sy_buf *b) {
     sy_buf_init(b);
     return s;
 }
-
 
 void sy_buf_clear(sy_buf *b) {
     b->len = 0;

@@ -1,6 +1,7 @@
-/* See utf8.h. Every check below goes through lead_length follows the well-formed byte sequences of Unicode 15, table 3-7: after a lead
- * byte the allowed range of the second byte depends on the lead (E0: A0..BF, ED: 80..9F, F0: 90..BF,
- * F4: 80..8F), which rules out overlong forms, surrogates and values above U+10FFFF without decoding. */
+/* See utf8.h. Every check goes through lead_length, which follows the well-formed byte sequences of Unicode 15,
+ * table 3-7: after a lead byte the allowed range of the second byte depends on the lead (E0: A0..BF,
+ * ED: 80..9F, F0: 90..BF, F4: 80..8F), which rules out overlong forms, surrogates and values above U+10FFFF
+ * without decoding. */
 #include "base/utf8.h"
 
 #include <string.h>
@@ -48,6 +49,47 @@ size_t sy_utf8_char_len(const unsigned char *s, size_t avail) {
     for (int i = 2; i < n; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;
     return (size_t)n;
+}
+
+size_t sy_utf8_lead_length(unsigned char c) {
+    if (c < 0x80) return 1;
+    unsigned char lo, hi;
+    return (size_t)lead_length(c, &lo, &hi);
+}
+
+size_t sy_utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp) {
+    size_t n = sy_utf8_char_len(s, avail);
+    if (n == 0) return 0;
+    /* well-formed: the lead keeps 7, 5, 4 or 3 value bits, each continuation 6 */
+    uint32_t v = n == 1 ? s[0] : s[0] & (0x7Fu >> n);
+    for (size_t i = 1; i < n; i++) v = (v << 6) | (s[i] & 0x3Fu);
+    *cp = v;
+    return n;
+}
+
+size_t sy_utf8_encode(uint32_t cp, char out[4]) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    if (cp > 0x10FFFF) return 0;
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
 }
 
 bool sy_utf8_valid(const char *s, size_t len) {

@@ -15,6 +15,18 @@
  * continuation, an overlong form, a surrogate, a value above U+10FFFF, or a sequence cut short). */
 size_t sy_utf8_char_len(const unsigned char *s, size_t avail);
 
+/* The well-formed UTF-8 character at s[0..avail): its code point in *cp and its length, or 0 (and *cp
+ * untouched) exactly when sy_utf8_char_len says 0. */
+size_t sy_utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp);
+
+/* UTF-8 of cp into out (no NUL): its length 1..4, or 0 for a surrogate or a value above U+10FFFF. */
+size_t sy_utf8_encode(uint32_t cp, char out[4]);
+
+/* The length a lead byte announces: 1 for ASCII, 2..4 for C2..F4, 0 for a continuation byte or a byte that
+ * never starts a well-formed character (C0, C1, F5..FF). For byte-at-a-time matchers that keep their own
+ * state (the grammar engine); everyone else decodes with the functions above. */
+size_t sy_utf8_lead_length(unsigned char c);
+
 /* Whether all len bytes are well-formed UTF-8. */
 bool sy_utf8_valid(const char *s, size_t len);
 

@@ -1,4 +1,5 @@
 /* switchyard tokenize: text on stdin -> token ids on stdout, through the model's own tokenizer. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "plugins/engine_options.h"
 #include "plugins/loaded_model.h"
+#include "base/buf.h"
 #include "base/util.h"
 
 static void usage(FILE *out) {
@@ -25,22 +27,6 @@ static void usage(FILE *out) {
 }
 
 enum { OPT_PLUGIN = 1000, OPT_MODEL, OPT_GGUF, OPT_PLUGIN_DIR, OPT_CONFIG, OPT_IDS, OPT_ADD, OPT_NO_PARSE };
-
-static char *read_all(FILE *in, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = sy_xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, in)) > 0) {
-        n += got;
-        if (n == cap) {
-            if (cap > ((size_t)1 << 30)) break; /* 1 GiB of text is past any sensible prompt */
-            cap *= 2;
-            buf = sy_xrealloc(buf, cap);
-        }
-    }
-    *len = n;
-    return buf;
-}
 
 int sy_cmd_tokenize(int argc, char **argv) {
     struct option options[32];
@@ -99,9 +85,18 @@ int sy_cmd_tokenize(int argc, char **argv) {
         sy_plugin_registry_close(&reg);
         goto done;
     }
-    size_t len = 0, n = 0;
-    char *text = read_all(stdin, &len);
-    int32_t *ids = sy_loaded_model_tokenize(&lm, text, len, flags, &n, err, sizeof err);
+    size_t n = 0;
+    sy_buf text;
+    sy_buf_init(&text);
+    const size_t max_text = (size_t)1 << 30; /* 1 GiB of text is past any sensible prompt */
+    bool read_ok = sy_buf_read(&text, stdin, max_text);
+    int32_t *ids = NULL;
+    if (!read_ok)
+        snprintf(err, sizeof err, "cannot read stdin: %s", strerror(errno));
+    else if (text.len > max_text)
+        snprintf(err, sizeof err, "the text on stdin is over %zu bytes", max_text);
+    else
+        ids = sy_loaded_model_tokenize(&lm, text.data, text.len, flags, &n, err, sizeof err);
     if (ids == NULL) {
         sy_cli_error("tokenize", "%s", err);
     } else {
@@ -131,7 +126,7 @@ int sy_cmd_tokenize(int argc, char **argv) {
         free(ids);
         status = 0;
     }
-    free(text);
+    sy_buf_free(&text);
     sy_loaded_model_close(&lm);
     sy_plugin_registry_close(&reg);
 done:

@@ -13,6 +13,7 @@
  */
 #include "config/config.h"
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/option_schema.h"
 #include "base/util.h"
@@ -1356,29 +1357,19 @@ sy_config *sy_config_load_file(const char *path) {
         diag(&c, true, 0, NULL, NULL, "cannot open: %s", strerror(errno));
         return cfg;
     }
-    size_t cap = 65536, len = 0;
-    char *text = sy_xmalloc(cap);
-    for (;;) {
-        if (len == cap) {
-            if (cap > SY_CONFIG_MAX_BYTES) break;
-            cap *= 2;
-            text = sy_xrealloc(text, cap);
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int read_failed = ferror(f);
+    sy_buf text;
+    sy_buf_init(&text);
+    bool read_ok = sy_buf_read(&text, f, SY_CONFIG_MAX_BYTES);
     int saved_errno = errno;
     fclose(f);
-    if (read_failed) {
+    if (!read_ok) {
         diag(&c, true, 0, NULL, NULL, "cannot read: %s", strerror(saved_errno));
-    } else if (len > SY_CONFIG_MAX_BYTES) {
+    } else if (text.len > SY_CONFIG_MAX_BYTES) {
         diag(&c, true, 0, NULL, NULL, "the file is larger than %zu bytes", SY_CONFIG_MAX_BYTES);
     } else {
-        parse_text(cfg, text, len);
+        parse_text(cfg, text.data, text.len);
     }
-    free(text);
+    sy_buf_free(&text);
     return cfg;
 }
 
@@ -1461,8 +1452,10 @@ const char *sy_config_model_option(const sy_config_model *model, const char *key
 
 /* A path list: comma-separated, blanks around items dropped, empty items skipped, each resolved; comma-joined. */
 static char *resolve_path_list(parse_ctx *c, const char *key, const char *value) {
-    char *copy = sy_strdup(value), *joined = NULL;
-    size_t len = 0, items = 0;
+    char *copy = sy_strdup(value);
+    sy_buf joined;
+    sy_buf_init(&joined);
+    size_t items = 0;
     bool ok = true;
     for (char *p = copy; ok && p != NULL;) {
         char *comma = strchr(p, ',');
@@ -1476,11 +1469,8 @@ static char *resolve_path_list(parse_ctx *c, const char *key, const char *value)
             if (path == NULL) {
                 ok = false;
             } else {
-                size_t n = strlen(path);
-                joined = sy_xrealloc(joined, len + n + 2);
-                if (len > 0) joined[len++] = ',';
-                memcpy(joined + len, path, n + 1);
-                len += n;
+                if (joined.len > 0) sy_buf_append(&joined, ",", 1);
+                sy_buf_puts(&joined, path);
                 items++;
                 free(path);
             }
@@ -1493,10 +1483,10 @@ static char *resolve_path_list(parse_ctx *c, const char *key, const char *value)
         ok = false;
     }
     if (!ok) {
-        free(joined);
+        sy_buf_free(&joined);
         return NULL;
     }
-    return joined;
+    return sy_buf_take(&joined);
 }
 
 static void check_raw_option(parse_ctx *c, sy_config_model *m, const sy_config_raw_option *r,

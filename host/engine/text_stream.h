@@ -9,7 +9,7 @@
 
 #include "base/utf8.h"
 
-/* A sy_utf8_stream (plugins/common/utf8_stream.c) that replaces ill-formed bytes, with sink-style output. */
+/* A sy_utf8_stream (base/utf8.h) that replaces ill-formed bytes, with sink-style output. */
 typedef struct sy_text_stream {
     sy_utf8_stream utf8;
 } sy_text_stream;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+#include "base/utf8.h"
 #include "grammar_internal.h"
 
 void sy_gerr(char *err, size_t cap, const char *fmt, ...) {
@@ -15,81 +17,6 @@ void sy_gerr(char *err, size_t cap, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, cap, fmt, ap);
     va_end(ap);
-}
-
-int sy_utf8_put(char *out, uint32_t cp) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-void gbuf_add(gbuf *b, const char *s, size_t n) {
-    if (!b->ok) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) {
-            if (cap > (SIZE_MAX >> 2)) {
-                b->ok = false;
-                return;
-            }
-            cap *= 2;
-        }
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            b->ok = false;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-void gbuf_puts(gbuf *b, const char *s) { gbuf_add(b, s, strlen(s)); }
-
-void gbuf_printf(gbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->ok = false;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        gbuf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (big == NULL) {
-        b->ok = false;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    gbuf_add(b, big, (size_t)n);
-    free(big);
 }
 
 /* ---- classes --------------------------------------------------------------------------------------------- */
@@ -160,6 +87,7 @@ typedef struct prule {
 
 typedef struct parser {
     const char *src; /* NUL-terminated copy */
+    const char *end; /* its NUL */
     prule *rules;
     char **names;
     uint32_t n_rules, cap_rules;
@@ -317,33 +245,6 @@ static const char *skip_space(const char *s, bool newline_ok) {
     return s;
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static const char *decode_utf8(const char *s, uint32_t *cp) {
-    const uint8_t *u = (const uint8_t *)s;
-    if (u[0] < 0x80) {
-        *cp = u[0];
-        return s + 1;
-    }
-    int n;
-    uint32_t v, min;
-    if ((u[0] & 0xE0) == 0xC0) {
-        n = 1, v = u[0] & 0x1F, min = 0x80;
-    } else if ((u[0] & 0xF0) == 0xE0) {
-        n = 2, v = u[0] & 0x0F, min = 0x800;
-    } else if ((u[0] & 0xF8) == 0xF0) {
-        n = 3, v = u[0] & 0x07, min = 0x10000;
-    } else {
-        return NULL;
-    }
-    for (int i = 1; i <= n; i++) {
-        if ((u[i] & 0xC0) != 0x80) return NULL;
-        v = (v << 6) | (u[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return NULL;
-    *cp = v;
-    return s + n + 1;
-}
-
 static const char *parse_hex(parser *p, const char *s, int digits, uint32_t *out) {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
@@ -387,9 +288,13 @@ static const char *parse_char(parser *p, const char *s, uint32_t *cp) {
         perr(p, s, "unexpected end of input");
         return NULL;
     }
-    const char *e = decode_utf8(s, cp);
-    if (e == NULL) perr(p, s, "invalid UTF-8");
-    return e;
+    /* strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF */
+    size_t n = sy_utf8_decode((const unsigned char *)s, (size_t)(p->end - s), cp);
+    if (n == 0) {
+        perr(p, s, "invalid UTF-8");
+        return NULL;
+    }
+    return s + n;
 }
 
 static const char *parse_alternates(parser *p, const char *s, uint32_t rule, uint32_t base, bool nested);
@@ -905,6 +810,7 @@ sy_grammar *sy_grammar_compile(const char *gbnf, size_t len, const char *root_ru
     memcpy(src, gbnf, len);
     src[len] = '\0';
     p.src = src;
+    p.end = src + len;
     const char *s = skip_space(src, true);
     while (*s && s != NULL) {
         s = parse_rule(&p, s);
@@ -998,56 +904,52 @@ out:
 
 /* ---- dump ------------------------------------------------------------------------------------------------ */
 
-static void dump_char(gbuf *b, uint32_t c, bool in_class) {
+static void dump_char(sy_buf *b, uint32_t c, bool in_class) {
     if (c == '\\' || c == '"' || (in_class && (c == ']' || c == '[' || c == '-' || c == '^'))) {
-        if (c == '-' || c == '^') gbuf_printf(b, "\\x%02X", c);
-        else gbuf_printf(b, "\\%c", (char)c);
+        if (c == '-' || c == '^') sy_buf_printf(b, "\\x%02X", c);
+        else sy_buf_printf(b, "\\%c", (char)c);
     } else if (c >= 0x20 && c < 0x7F) {
         char ch = (char)c;
-        gbuf_add(b, &ch, 1);
+        sy_buf_append(b, &ch, 1);
     } else if (c < 0x100) {
-        gbuf_printf(b, "\\x%02X", c);
+        sy_buf_printf(b, "\\x%02X", c);
     } else if (c < 0x10000) {
-        gbuf_printf(b, "\\u%04X", c);
+        sy_buf_printf(b, "\\u%04X", c);
     } else {
-        gbuf_printf(b, "\\U%08X", c);
+        sy_buf_printf(b, "\\U%08X", c);
     }
 }
 
 char *sy_grammar_dump(const sy_grammar *g) {
-    gbuf b = {.ok = true};
+    sy_buf b = {0};
     for (uint32_t r = 0; r < g->n_rules; r++) {
-        gbuf_printf(&b, "%s ::=", g->rule_names[r]);
+        sy_buf_printf(&b, "%s ::=", g->rule_names[r]);
         for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
-            if (a > g->alt_off[r]) gbuf_puts(&b, " |");
+            if (a > g->alt_off[r]) sy_buf_puts(&b, " |");
             for (uint32_t pos = g->alts[a]; !ge_is_end(&g->elems[pos]); pos = g->next[pos]) {
                 const gelem *e = &g->elems[pos];
-                gbuf_puts(&b, " ");
+                sy_buf_puts(&b, " ");
                 switch (e->type) {
-                case GE_REF: gbuf_puts(&b, g->rule_names[e->value]); break;
-                case GE_ANY: gbuf_puts(&b, "."); break;
-                case GE_TOKEN: gbuf_printf(&b, "<[%u]>", e->value); break;
-                case GE_TOKEN_NOT: gbuf_printf(&b, "!<[%u]>", e->value); break;
-                case GE_TOKEN_TEXT: gbuf_printf(&b, "%s", g->tok_texts[e->value]); break;
-                case GE_TOKEN_TEXT_NOT: gbuf_printf(&b, "!%s", g->tok_texts[e->value]); break;
+                case GE_REF: sy_buf_puts(&b, g->rule_names[e->value]); break;
+                case GE_ANY: sy_buf_puts(&b, "."); break;
+                case GE_TOKEN: sy_buf_printf(&b, "<[%u]>", e->value); break;
+                case GE_TOKEN_NOT: sy_buf_printf(&b, "!<[%u]>", e->value); break;
+                case GE_TOKEN_TEXT: sy_buf_printf(&b, "%s", g->tok_texts[e->value]); break;
+                case GE_TOKEN_TEXT_NOT: sy_buf_printf(&b, "!%s", g->tok_texts[e->value]); break;
                 case GE_CHAR:
                 case GE_CHAR_NOT:
-                    gbuf_puts(&b, e->type == GE_CHAR_NOT ? "[^" : "[");
+                    sy_buf_puts(&b, e->type == GE_CHAR_NOT ? "[^" : "[");
                     for (const gelem *c = e; c < &g->elems[g->next[pos]]; c++) {
-                        if (c->type == GE_CHAR_RNG) gbuf_puts(&b, "-");
+                        if (c->type == GE_CHAR_RNG) sy_buf_puts(&b, "-");
                         dump_char(&b, c->value, true);
                     }
-                    gbuf_puts(&b, "]");
+                    sy_buf_puts(&b, "]");
                     break;
                 default: break;
                 }
             }
         }
-        gbuf_puts(&b, "\n");
+        sy_buf_puts(&b, "\n");
     }
-    if (!b.ok) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return sy_buf_take(&b);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "grammar_internal.h"
 
 #define NODE_SOFT (1u << 20)
@@ -639,10 +640,10 @@ static int64_t compute_trans(struct gmemo *m, uint32_t s, uint8_t b) {
         return prune_partial(m, s, np);
     }
     if (b < 0x80) return advance_cp(m, s, b);
-    if (b >= 0xC2 && b <= 0xDF) return prune_partial(m, s, P_MAKE(b & 0x1Fu, 1, 2));
-    if (b >= 0xE0 && b <= 0xEF) return prune_partial(m, s, P_MAKE(b & 0x0Fu, 2, 3));
-    if (b >= 0xF0 && b <= 0xF4) return prune_partial(m, s, P_MAKE(b & 0x07u, 3, 4));
-    return TR_DEAD;
+    /* a lead byte keeps 5, 4 or 3 value bits; a stray continuation, C0, C1 or F5..FF starts nothing */
+    uint32_t len = (uint32_t)sy_utf8_lead_length(b);
+    if (len < 2) return TR_DEAD;
+    return prune_partial(m, s, P_MAKE(b & (0x7Fu >> len), len - 1, len));
 }
 
 static inline int64_t trans(struct gmemo *m, uint32_t s, uint8_t b) {

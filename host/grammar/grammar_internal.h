@@ -66,19 +66,6 @@ bool sy_gclass_match_range(const gelem *e, uint32_t lo, uint32_t hi);
 /* Formats into err (never overflows; NULL / 0 ok). */
 void sy_gerr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Appends UTF-8 of cp; returns bytes written (1..4). */
-int sy_utf8_put(char *out, uint32_t cp);
-
-/* A growable byte buffer (the schema compiler's output). ok turns false on allocation failure or overflow. */
-typedef struct gbuf {
-    char *p;
-    size_t n, cap;
-    bool ok;
-} gbuf;
-void gbuf_add(gbuf *b, const char *s, size_t n);
-void gbuf_puts(gbuf *b, const char *s);
-void gbuf_printf(gbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 void sy_gmemo_release(struct gmemo *m);
 
 #endif

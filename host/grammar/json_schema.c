@@ -10,6 +10,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/buf.h"
+#include "base/utf8.h"
 #include "grammar_internal.h"
 
 #define MAX_RULES 20000
@@ -233,52 +235,24 @@ static char *use(sc *c, const char *name) {
 /* ---- text ------------------------------------------------------------------------------------------------- */
 
 /* A GBNF string literal matching exactly the bytes s[0..n). */
-static void lit(gbuf *b, const char *s, size_t n) {
-    gbuf_add(b, "\"", 1);
+static void lit(sy_buf *b, const char *s, size_t n) {
+    sy_buf_append(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch == '"' || ch == '\\') {
             char e[2] = {'\\', (char)ch};
-            gbuf_add(b, e, 2);
+            sy_buf_append(b, e, 2);
         } else if (ch < 0x20 || ch == 0x7F) {
-            gbuf_printf(b, "\\x%02X", ch);
+            sy_buf_printf(b, "\\x%02X", ch);
         } else {
-            gbuf_add(b, (const char *)&ch, 1);
+            sy_buf_append(b, (const char *)&ch, 1);
         }
     }
-    gbuf_add(b, "\"", 1);
-}
-
-static char *gbuf_take(sc *c, gbuf *b) {
-    if (!b->ok) {
-        free(b->p);
-        return fail(c, NULL, "out of memory");
-    }
-    if (b->p == NULL) return dup("");
-    return b->p;
+    sy_buf_append(b, "\"", 1);
 }
 
 /* Strict UTF-8 (cJSON passes any bytes through strings; a grammar literal must be text). */
-static bool utf8_ok(const char *s) {
-    const uint8_t *u = (const uint8_t *)s;
-    while (*u) {
-        if (u[0] < 0x80) {
-            u++;
-            continue;
-        }
-        int n = (u[0] & 0xE0) == 0xC0 ? 1 : (u[0] & 0xF0) == 0xE0 ? 2 : (u[0] & 0xF8) == 0xF0 ? 3 : -1;
-        if (n < 0) return false;
-        uint32_t v = u[0] & (0x3F >> n);
-        for (int i = 1; i <= n; i++) {
-            if ((u[i] & 0xC0) != 0x80) return false;
-            v = (v << 6) | (u[i] & 0x3F);
-        }
-        static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
-        if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return false;
-        u += n + 1;
-    }
-    return true;
-}
+static bool utf8_ok(const char *s) { return sy_utf8_valid(s, strlen(s)); }
 
 /* A literal for the compact JSON text of v, followed by space. */
 static char *json_literal(sc *c, const cJSON *v) {
@@ -288,12 +262,12 @@ static char *json_literal(sc *c, const cJSON *v) {
         free(text);
         return fail(c, NULL, "enum/const value is not valid UTF-8");
     }
-    gbuf b = {.ok = true};
+    sy_buf b = {0};
     lit(&b, text, strlen(text));
-    gbuf_puts(&b, " space");
+    sy_buf_puts(&b, " space");
     free(text);
     prim(c, "space");
-    return gbuf_take(c, &b);
+    return sy_buf_take(&b);
 }
 
 /* ---- integer and number ranges ----------------------------------------------------------------------------- */
@@ -313,14 +287,14 @@ static int64_t pow10i(int n) {
     return p;
 }
 
-static void digit_class(gbuf *b, int lo, int hi) {
-    if (lo == hi) gbuf_printf(b, "[%d]", lo);
-    else gbuf_printf(b, "[%d-%d]", lo, hi);
+static void digit_class(sy_buf *b, int lo, int hi) {
+    if (lo == hi) sy_buf_printf(b, "[%d]", lo);
+    else sy_buf_printf(b, "[%d-%d]", lo, hi);
 }
 
-static void any_digits(gbuf *b, int n) {
-    if (n == 1) gbuf_puts(b, " [0-9]");
-    else if (n > 1) gbuf_printf(b, " [0-9]{%d}", n);
+static void any_digits(sy_buf *b, int n) {
+    if (n == 1) sy_buf_puts(b, " [0-9]");
+    else if (n > 1) sy_buf_printf(b, " [0-9]{%d}", n);
 }
 
 static bool all_of(const char *s, int n, char ch) {
@@ -330,34 +304,34 @@ static bool all_of(const char *s, int n, char ch) {
 }
 
 /* Digit strings of length n that are >= s (ge) or <= s (!ge). */
-static void bound_digits(gbuf *b, const char *s, int n, bool ge) {
+static void bound_digits(sy_buf *b, const char *s, int n, bool ge) {
     if (n == 0) return;
     if (all_of(s, n, ge ? '0' : '9')) {
         any_digits(b, n);
         return;
     }
     int d = s[0] - '0';
-    gbuf_puts(b, " (");
+    sy_buf_puts(b, " (");
     digit_class(b, d, d);
     bound_digits(b, s + 1, n - 1, ge);
     if (ge ? d < 9 : d > 0) {
-        gbuf_puts(b, " | ");
+        sy_buf_puts(b, " | ");
         if (ge) digit_class(b, d + 1, 9);
         else digit_class(b, 0, d - 1);
         any_digits(b, n - 1);
     }
-    gbuf_puts(b, ")");
+    sy_buf_puts(b, ")");
 }
 
 /* Equal-length digit strings in [x, y]. */
-static void same_len_range(gbuf *b, const char *x, const char *y, int n) {
+static void same_len_range(sy_buf *b, const char *x, const char *y, int n) {
     int c = 0;
     while (c < n && x[c] == y[c]) c++;
     if (c > 0) lit(b, x, (size_t)c);
     if (c == n) return;
     int dx = x[c] - '0', dy = y[c] - '0', r = n - c - 1;
     bool xz = all_of(x + c + 1, r, '0'), y9 = all_of(y + c + 1, r, '9');
-    gbuf_puts(b, c > 0 ? " (" : "(");
+    sy_buf_puts(b, c > 0 ? " (" : "(");
     int mid_lo = xz ? dx : dx + 1, mid_hi = y9 ? dy : dy - 1;
     bool first = true;
     if (!xz) {
@@ -366,22 +340,22 @@ static void same_len_range(gbuf *b, const char *x, const char *y, int n) {
         first = false;
     }
     if (mid_lo <= mid_hi) {
-        if (!first) gbuf_puts(b, " | ");
+        if (!first) sy_buf_puts(b, " | ");
         digit_class(b, mid_lo, mid_hi);
         any_digits(b, r);
         first = false;
     }
     if (!y9) {
-        if (!first) gbuf_puts(b, " | ");
+        if (!first) sy_buf_puts(b, " | ");
         digit_class(b, dy, dy);
         bound_digits(b, y + c + 1, r, false);
     }
-    gbuf_puts(b, ")");
+    sy_buf_puts(b, ")");
 }
 
 /* Canonical decimal integers in [a, b], 0 <= a <= b: alternatives by digit count. */
-static void pos_range(gbuf *b, int64_t a, int64_t hi) {
-    gbuf_puts(b, "(");
+static void pos_range(sy_buf *b, int64_t a, int64_t hi) {
+    sy_buf_puts(b, "(");
     bool first = true;
     for (int len = ndigits(a); len <= ndigits(hi); len++) {
         int64_t lo = len == 1 ? 0 : pow10i(len - 1), top = pow10i(len) - 1;
@@ -391,26 +365,26 @@ static void pos_range(gbuf *b, int64_t a, int64_t hi) {
         char xs[24], ys[24];
         snprintf(xs, sizeof xs, "%lld", (long long)lo);
         snprintf(ys, sizeof ys, "%lld", (long long)top);
-        if (!first) gbuf_puts(b, " | ");
+        if (!first) sy_buf_puts(b, " | ");
         same_len_range(b, xs, ys, len);
         first = false;
     }
-    gbuf_puts(b, ")");
+    sy_buf_puts(b, ")");
 }
 
 #define INT_UNBOUNDED 9999999999999999ll /* 16 digits, as the plain integer rule */
 
 /* Integers in [lo, hi] (inclusive) as canonical JSON numbers. */
-static void int_range(gbuf *b, int64_t lo, int64_t hi) {
+static void int_range(sy_buf *b, int64_t lo, int64_t hi) {
     bool neg = lo < 0, pos = hi >= 0;
-    gbuf_puts(b, "(");
+    sy_buf_puts(b, "(");
     if (neg) {
-        gbuf_puts(b, "\"-\" ");
+        sy_buf_puts(b, "\"-\" ");
         pos_range(b, hi < 0 ? -hi : 1, -lo);
     }
-    if (neg && pos) gbuf_puts(b, " | ");
+    if (neg && pos) sy_buf_puts(b, " | ");
     if (pos) pos_range(b, lo > 0 ? lo : 0, hi);
-    gbuf_puts(b, ")");
+    sy_buf_puts(b, ")");
 }
 
 typedef struct bound {
@@ -467,35 +441,35 @@ static char *integer_rule(sc *c, const cJSON *s, const char *ptr) {
         z = (int64_t)f;
     }
     if (a > z) return fail(c, ptr, "no integer satisfies minimum/maximum");
-    gbuf b = {.ok = true};
+    sy_buf b = {0};
     int_range(&b, a, z);
-    gbuf_puts(&b, " space");
+    sy_buf_puts(&b, " space");
     prim(c, "space");
-    return gbuf_take(c, &b);
+    return sy_buf_take(&b);
 }
 
 /* Non-negative numbers I[.F] with magnitude in [A, B] (B < 0: unbounded), either end possibly exclusive. */
-static bool mag_range(gbuf *b, int64_t A, bool Aex, int64_t B, bool Bex, bool *first) {
+static bool mag_range(sy_buf *b, int64_t A, bool Aex, int64_t B, bool Bex, bool *first) {
     const char *frac = " (\".\" [0-9]{1,6})?";
     int64_t top = B < 0 ? 999999999999999ll : B - 1;
-#define ALT() (*first ? (void)(*first = false) : gbuf_puts(b, " | "))
+#define ALT() (*first ? (void)(*first = false) : sy_buf_puts(b, " | "))
     if (B >= 0 && A == B) {
         if (Aex || Bex) return true;
         ALT();
-        gbuf_printf(b, "\"%lld\" (\".\" [0]{1,6})?", (long long)A);
+        sy_buf_printf(b, "\"%lld\" (\".\" [0]{1,6})?", (long long)A);
         return true;
     }
     if (A + 1 <= top) { /* strictly between: any fraction */
         ALT();
         pos_range(b, A + 1, top);
-        gbuf_puts(b, frac);
+        sy_buf_puts(b, frac);
     }
     ALT();
-    if (Aex) gbuf_printf(b, "\"%lld.\" [0-9]{0,5} [1-9]", (long long)A);
-    else gbuf_printf(b, "\"%lld\"%s", (long long)A, frac);
+    if (Aex) sy_buf_printf(b, "\"%lld.\" [0-9]{0,5} [1-9]", (long long)A);
+    else sy_buf_printf(b, "\"%lld\"%s", (long long)A, frac);
     if (B >= 0 && !Bex) {
         ALT();
-        gbuf_printf(b, "\"%lld\" (\".\" [0]{1,6})?", (long long)B);
+        sy_buf_printf(b, "\"%lld\" (\".\" [0]{1,6})?", (long long)B);
     }
 #undef ALT
     return true;
@@ -517,8 +491,8 @@ static char *number_rule(sc *c, const cJSON *s, const char *ptr) {
     }
     if (lo.set && hi.set && (lo.v > hi.v || (lo.v == hi.v && (lo.exclusive || hi.exclusive))))
         return fail(c, ptr, "no number satisfies minimum/maximum");
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "(");
+    sy_buf b = {0};
+    sy_buf_puts(&b, "(");
     bool first = true;
     /* x >= 0 part */
     if (!hi.set || hi.v > 0 || (hi.v == 0 && !hi.exclusive)) {
@@ -528,18 +502,18 @@ static char *number_rule(sc *c, const cJSON *s, const char *ptr) {
     }
     /* x < 0 part: "-" and the magnitude in (max(-hi, 0), -lo] */
     if (!lo.set || lo.v < 0) {
-        if (!first) gbuf_puts(&b, " | ");
+        if (!first) sy_buf_puts(&b, " | ");
         bool f2 = true;
-        gbuf_puts(&b, "\"-\" (");
+        sy_buf_puts(&b, "\"-\" (");
         int64_t A = hi.set && hi.v < 0 ? (int64_t)-hi.v : 0;
         bool Aex = hi.set && hi.v < 0 ? hi.exclusive : true;
         mag_range(&b, A, Aex, lo.set ? (int64_t)-lo.v : -1, lo.set && lo.exclusive, &f2);
-        gbuf_puts(&b, ")");
+        sy_buf_puts(&b, ")");
         first = false;
     }
-    gbuf_puts(&b, ") space");
+    sy_buf_puts(&b, ") space");
     prim(c, "space");
-    return gbuf_take(c, &b);
+    return sy_buf_take(&b);
 }
 
 /* ---- pattern (regular expression subset) ------------------------------------------------------------------- */
@@ -593,19 +567,19 @@ static void cs_negate(cset *s, uint32_t top) {
     *s = o;
 }
 
-static void class_char(gbuf *b, uint32_t cp) {
-    if (cp == '\\' || cp == ']' || cp == '[' || cp == '"') gbuf_printf(b, "\\%c", (char)cp);
-    else if (cp == '-' || cp == '^' || cp < 0x20 || cp == 0x7F) gbuf_printf(b, "\\x%02X", cp);
+static void class_char(sy_buf *b, uint32_t cp) {
+    if (cp == '\\' || cp == ']' || cp == '[' || cp == '"') sy_buf_printf(b, "\\%c", (char)cp);
+    else if (cp == '-' || cp == '^' || cp < 0x20 || cp == 0x7F) sy_buf_printf(b, "\\x%02X", cp);
     else if (cp < 0x80) {
         char ch = (char)cp;
-        gbuf_add(b, &ch, 1);
-    } else if (cp < 0x10000) gbuf_printf(b, "\\u%04X", cp);
-    else gbuf_printf(b, "\\U%08X", cp);
+        sy_buf_append(b, &ch, 1);
+    } else if (cp < 0x10000) sy_buf_printf(b, "\\u%04X", cp);
+    else sy_buf_printf(b, "\\U%08X", cp);
 }
 
 /* GBNF for one JSON-string character (as it appears in the JSON text) whose decoded value is in the set:
  * plain characters raw, '"' and '\\' and control characters escaped. */
-static bool emit_cset(gbuf *b, cset *s) {
+static bool emit_cset(sy_buf *b, cset *s) {
     cs_norm(s);
     cset plain = {0};
     bool special[0x80] = {0};
@@ -643,36 +617,36 @@ static bool emit_cset(gbuf *b, cset *s) {
         }
     }
     bool first = true;
-    gbuf_puts(b, "(");
+    sy_buf_puts(b, "(");
     if (plain.n) {
-        gbuf_puts(b, "[");
+        sy_buf_puts(b, "[");
         for (size_t i = 0; i < plain.n; i += 2) {
             class_char(b, plain.r[i]);
             if (plain.r[i + 1] > plain.r[i]) {
-                gbuf_puts(b, "-");
+                sy_buf_puts(b, "-");
                 class_char(b, plain.r[i + 1]);
             }
         }
-        gbuf_puts(b, "]");
+        sy_buf_puts(b, "]");
         first = false;
     }
     free(plain.r);
     for (uint32_t x = 0; x < 0x80; x++) {
         if (!special[x]) continue;
-        if (!first) gbuf_puts(b, " | ");
+        if (!first) sy_buf_puts(b, " | ");
         first = false;
         switch (x) {
-        case '"': gbuf_puts(b, "\"\\\\\\\"\""); break;
-        case '\\': gbuf_puts(b, "\"\\\\\\\\\""); break;
-        case '\n': gbuf_puts(b, "\"\\\\n\""); break;
-        case '\t': gbuf_puts(b, "\"\\\\t\""); break;
-        case '\r': gbuf_puts(b, "\"\\\\r\""); break;
-        case '\b': gbuf_puts(b, "\"\\\\b\""); break;
-        case '\f': gbuf_puts(b, "\"\\\\f\""); break;
-        default: gbuf_printf(b, "\"\\\\u00%02x\"", x); break;
+        case '"': sy_buf_puts(b, "\"\\\\\\\"\""); break;
+        case '\\': sy_buf_puts(b, "\"\\\\\\\\\""); break;
+        case '\n': sy_buf_puts(b, "\"\\\\n\""); break;
+        case '\t': sy_buf_puts(b, "\"\\\\t\""); break;
+        case '\r': sy_buf_puts(b, "\"\\\\r\""); break;
+        case '\b': sy_buf_puts(b, "\"\\\\b\""); break;
+        case '\f': sy_buf_puts(b, "\"\\\\f\""); break;
+        default: sy_buf_printf(b, "\"\\\\u00%02x\"", x); break;
         }
     }
-    gbuf_puts(b, ")");
+    sy_buf_puts(b, ")");
     return !first;
 }
 
@@ -691,22 +665,9 @@ static bool rx_fail(rx *r, const char *what) {
 }
 
 static bool rx_utf8(rx *r, uint32_t *cp) {
-    const uint8_t *u = (const uint8_t *)r->p;
-    size_t left = (size_t)(r->end - r->p);
-    if (u[0] < 0x80) {
-        *cp = u[0];
-        r->p++;
-        return true;
-    }
-    int n = (u[0] & 0xE0) == 0xC0 ? 1 : (u[0] & 0xF0) == 0xE0 ? 2 : (u[0] & 0xF8) == 0xF0 ? 3 : -1;
-    if (n < 0 || (size_t)n >= left) return rx_fail(r, "invalid UTF-8");
-    uint32_t v = u[0] & (0x3F >> n);
-    for (int i = 1; i <= n; i++) {
-        if ((u[i] & 0xC0) != 0x80) return rx_fail(r, "invalid UTF-8");
-        v = (v << 6) | (u[i] & 0x3F);
-    }
-    r->p += n + 1;
-    *cp = v;
+    size_t n = sy_utf8_decode((const unsigned char *)r->p, (size_t)(r->end - r->p), cp);
+    if (n == 0) return rx_fail(r, "invalid UTF-8");
+    r->p += n;
     return true;
 }
 
@@ -825,10 +786,10 @@ static bool rx_class(rx *r, cset *set) {
     return true;
 }
 
-static bool rx_alt(rx *r, gbuf *b);
+static bool rx_alt(rx *r, sy_buf *b);
 
 /* One atom into b (a parenthesized GBNF expression). */
-static bool rx_atom(rx *r, gbuf *b) {
+static bool rx_atom(rx *r, sy_buf *b) {
     char ch = *r->p;
     cset set = {0};
     bool ok = true;
@@ -850,9 +811,9 @@ static bool rx_atom(rx *r, gbuf *b) {
             }
         }
         if (++r->depth > MAX_REGEX_DEPTH) return rx_fail(r, "groups nested too deep");
-        gbuf_puts(b, "(");
+        sy_buf_puts(b, "(");
         if (!rx_alt(r, b)) return false;
-        gbuf_puts(b, ")");
+        sy_buf_puts(b, ")");
         r->depth--;
         if (r->p >= r->end || *r->p != ')') return rx_fail(r, "missing )");
         r->p++;
@@ -896,11 +857,11 @@ static bool rx_int(rx *r, long *v) {
     return true;
 }
 
-static bool rx_seq(rx *r, gbuf *b) {
+static bool rx_seq(rx *r, sy_buf *b) {
     bool any = false;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (r->depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) break; /* end anchor */
-        if (any) gbuf_puts(b, " ");
+        if (any) sy_buf_puts(b, " ");
         if (!rx_atom(r, b)) return false;
         any = true;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?' || *r->p == '{')) {
@@ -924,13 +885,13 @@ static bool rx_seq(rx *r, gbuf *b) {
                 if (m > SY_GRAMMAR_MAX_REPEAT || n > (long)SY_GRAMMAR_MAX_REPEAT)
                     return rx_fail(r, "repetition count over 10000");
                 if (n >= 0 && n < m) return rx_fail(r, "{m,n} with n < m");
-                if (n < 0) gbuf_printf(b, "{%ld,}", m);
-                else if (n == m) gbuf_printf(b, "{%ld}", m);
-                else gbuf_printf(b, "{%ld,%ld}", m, n);
+                if (n < 0) sy_buf_printf(b, "{%ld,}", m);
+                else if (n == m) sy_buf_printf(b, "{%ld}", m);
+                else sy_buf_printf(b, "{%ld,%ld}", m, n);
             } else {
                 r->p++;
                 char s[2] = {q, 0};
-                gbuf_puts(b, s);
+                sy_buf_puts(b, s);
             }
             if (r->p < r->end && *r->p == '?') r->p++; /* lazy: the same language */
             else if (r->p < r->end && *r->p == '+') return rx_fail(r, "possessive quantifiers are not supported");
@@ -938,15 +899,15 @@ static bool rx_seq(rx *r, gbuf *b) {
                 return rx_fail(r, "multiple repeat");
         }
     }
-    if (!any) gbuf_puts(b, "\"\"");
+    if (!any) sy_buf_puts(b, "\"\"");
     return true;
 }
 
-static bool rx_alt(rx *r, gbuf *b) {
+static bool rx_alt(rx *r, sy_buf *b) {
     if (!rx_seq(r, b)) return false;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
-        gbuf_puts(b, " | ");
+        sy_buf_puts(b, " | ");
         if (!rx_seq(r, b)) return false;
     }
     return true;
@@ -955,30 +916,30 @@ static bool rx_alt(rx *r, gbuf *b) {
 /* pattern: Python re.search semantics (jsonschema's), so an unanchored side may have anything around it. */
 static char *pattern_rule(sc *c, const char *pat, const char *ptr) {
     rx r = {c, ptr, pat, pat, pat + strlen(pat), 0, false};
-    gbuf b = {.ok = true};
+    sy_buf b = {0};
     prim(c, "char");
     prim(c, "space");
-    gbuf_puts(&b, "\"\\\"\" (");
+    sy_buf_puts(&b, "\"\\\"\" (");
     bool first = true;
     do { /* each top-level alternative carries its own anchors */
         if (!first) r.p++;
-        if (!first) gbuf_puts(&b, " | ");
+        if (!first) sy_buf_puts(&b, " | ");
         first = false;
         bool start = r.p < r.end && *r.p == '^';
         if (start) r.p++;
-        gbuf_puts(&b, start ? "(" : "(char* ");
+        sy_buf_puts(&b, start ? "(" : "(char* ");
         if (!rx_seq(&r, &b)) break;
         bool endanch = r.p < r.end && *r.p == '$';
         if (endanch) r.p++;
-        gbuf_puts(&b, endanch ? ")" : " char*)");
+        sy_buf_puts(&b, endanch ? ")" : " char*)");
     } while (r.p < r.end && *r.p == '|');
     if (!r.failed && r.p < r.end) rx_fail(&r, *r.p == ')' ? "unbalanced )" : "unexpected character");
     if (r.failed) {
-        free(b.p);
+        sy_buf_free(&b);
         return NULL;
     }
-    gbuf_puts(&b, ") \"\\\"\" space");
-    return gbuf_take(c, &b);
+    sy_buf_puts(&b, ") \"\\\"\" space");
+    return sy_buf_take(&b);
 }
 
 /* ---- schemas ------------------------------------------------------------------------------------------- */
@@ -1004,15 +965,15 @@ static bool in_list(const char *const *l, const char *k) {
 static bool is_annotation(const char *k) { return in_list(annotations, k) || strncmp(k, "x-", 2) == 0; }
 
 static char *subptr(const char *ptr, const char *key) {
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, ptr);
-    gbuf_puts(&b, "/");
-    for (const char *k = key; *k && b.n < 200; k++) {
-        if (*k == '~') gbuf_puts(&b, "~0");
-        else if (*k == '/') gbuf_puts(&b, "~1");
-        else gbuf_add(&b, k, 1);
+    sy_buf b = {0};
+    sy_buf_puts(&b, ptr);
+    sy_buf_puts(&b, "/");
+    for (const char *k = key; *k && b.len < 200; k++) {
+        if (*k == '~') sy_buf_puts(&b, "~0");
+        else if (*k == '/') sy_buf_puts(&b, "~1");
+        else sy_buf_append(&b, k, 1);
     }
-    return b.ok ? b.p : dup(ptr);
+    return sy_buf_take(&b);
 }
 
 static char *subptr_i(const char *ptr, const char *key, int i) {
@@ -1111,8 +1072,8 @@ static char *enum_rule(sc *c, const cJSON *s, const char *ptr) {
         if (!is_annotation(k->string) && strcmp(k->string, "enum") && strcmp(k->string, "const") &&
             strcmp(k->string, "type") && strcmp(k->string, "nullable"))
             return fail(c, ptr, "'%s' next to enum/const is not supported", k->string);
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "(");
+    sy_buf b = {0};
+    sy_buf_puts(&b, "(");
     int n = 0;
     const cJSON *v;
     if (cn) {
@@ -1120,13 +1081,13 @@ static char *enum_rule(sc *c, const cJSON *s, const char *ptr) {
             bool found = false;
             cJSON_ArrayForEach(v, en) found = found || cJSON_Compare(v, cn, true);
             if (!found) {
-                free(b.p);
+                sy_buf_free(&b);
                 return fail(c, ptr, "const is not one of enum");
             }
         }
         if (types_allow(type, cn)) {
             char *l = json_literal(c, cn);
-            if (l) gbuf_puts(&b, l);
+            if (l) sy_buf_puts(&b, l);
             free(l);
             n++;
         }
@@ -1135,23 +1096,23 @@ static char *enum_rule(sc *c, const cJSON *s, const char *ptr) {
             if (!types_allow(type, v)) continue;
             char *l = json_literal(c, v);
             if (l == NULL) break;
-            if (n++) gbuf_puts(&b, " | ");
-            gbuf_puts(&b, l);
+            if (n++) sy_buf_puts(&b, " | ");
+            sy_buf_puts(&b, l);
             free(l);
         }
     }
     const cJSON *nullable = cJSON_GetObjectItemCaseSensitive(s, "nullable");
     if (cJSON_IsTrue(nullable)) {
-        if (n++) gbuf_puts(&b, " | ");
-        gbuf_puts(&b, "null");
+        if (n++) sy_buf_puts(&b, " | ");
+        sy_buf_puts(&b, "null");
         prim(c, "null");
     }
-    gbuf_puts(&b, ")");
+    sy_buf_puts(&b, ")");
     if (n == 0) {
-        free(b.p);
+        sy_buf_free(&b);
         return fail(c, ptr, "enum/const allows no value of the given type");
     }
-    return gbuf_take(c, &b);
+    return sy_buf_take(&b);
 }
 
 /* ---- allOf / merging ----------------------------------------------------------------------------------------- */
@@ -1313,24 +1274,23 @@ static void kt_free(ktrie *t) {
 /* Rule for an extra key: any string of plain key characters that is none of the named keys (a trie of them, one
  * rule per node: "a key that has followed this prefix so far"). */
 static char *kt_rule(sc *c, const ktrie *t, const char *hint) {
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "(");
+    sy_buf b = {0};
+    sy_buf_puts(&b, "(");
     cset others = {0};
     cs_add(&others, 0x20, 0x10FFFF);
     bool first = true;
     for (size_t i = 0; i < t->n; i++) {
         char *sub = kt_rule(c, &t->kids[i], hint);
         if (sub == NULL) {
-            free(b.p);
+            sy_buf_free(&b);
             free(others.r);
             return NULL;
         }
-        if (!first) gbuf_puts(&b, " | ");
+        if (!first) sy_buf_puts(&b, " | ");
         first = false;
-        char u[8];
-        int n = sy_utf8_put(u, t->kids[i].cp);
-        lit(&b, u, (size_t)n);
-        gbuf_printf(&b, " %s", sub);
+        char u[4];
+        lit(&b, u, sy_utf8_encode(t->kids[i].cp, u));
+        sy_buf_printf(&b, " %s", sub);
         free(sub);
     }
     /* any other character, then anything */
@@ -1343,33 +1303,30 @@ static char *kt_rule(sc *c, const ktrie *t, const char *hint) {
     cs_add(&ex, 0xD800, 0xDFFF);
     cs_negate(&ex, 0x10FFFF);
     if (ex.n) {
-        if (!first) gbuf_puts(&b, " | ");
+        if (!first) sy_buf_puts(&b, " | ");
         first = false;
         emit_cset(&b, &ex);
-        gbuf_puts(&b, " key-char*");
+        sy_buf_puts(&b, " key-char*");
     }
     free(ex.r);
     free(others.r);
     if (!t->end) {
-        if (!first) gbuf_puts(&b, " | ");
-        gbuf_puts(&b, "\"\"");
+        if (!first) sy_buf_puts(&b, " | ");
+        sy_buf_puts(&b, "\"\"");
     }
-    gbuf_puts(&b, ")");
-    char *body = gbuf_take(c, &b);
+    sy_buf_puts(&b, ")");
+    char *body = sy_buf_take(&b);
     return body ? add_rule(c, hint, body) : NULL;
 }
 
 static bool kt_insert(ktrie *t, const char *key) {
-    const uint8_t *u = (const uint8_t *)key;
-    while (*u) {
-        uint32_t cp = *u;
-        int extra = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
-        cp &= extra == 0 ? 0x7F : (0x3F >> extra);
-        for (int i = 1; i <= extra; i++) {
-            if ((u[i] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (u[i] & 0x3F);
-        }
-        u += extra + 1;
+    const unsigned char *u = (const unsigned char *)key;
+    size_t left = strlen(key);
+    while (left > 0) {
+        uint32_t cp;
+        size_t n = sy_utf8_decode(u, left, &cp);
+        if (n == 0) return false;
+        u += n, left -= n;
         /* a key with characters an extra key never has cannot collide with one */
         if (cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7F) return true;
         ktrie *kid = NULL;
@@ -1471,14 +1428,14 @@ static char *object_rule(sc *c, const cJSON *s, const char *hint, const char *pt
             free(value);
             goto oom;
         }
-        gbuf b = {.ok = true};
+        sy_buf b = {0};
         lit(&b, ktext, strlen(ktext));
-        gbuf_printf(&b, " space \":\" space %s", value);
+        sy_buf_printf(&b, " space \":\" space %s", value);
         free(ktext);
         free(value);
         char hk[170];
         snprintf(hk, sizeof hk, "%.150s-kv", h);
-        kv[i] = add_rule(c, hk, gbuf_take(c, &b));
+        kv[i] = add_rule(c, hk, sy_buf_take(&b));
         if (kv[i] == NULL) goto out;
     }
     char *addkv = NULL;
@@ -1557,10 +1514,10 @@ static bool read_count(sc *c, const cJSON *s, const char *key, long *out, const 
     return true;
 }
 
-static void rep(gbuf *b, long lo, long hi) { /* {lo,hi}, hi < 0 unbounded */
-    if (hi < 0) gbuf_printf(b, "{%ld,}", lo);
-    else if (lo == hi) gbuf_printf(b, "{%ld}", lo);
-    else gbuf_printf(b, "{%ld,%ld}", lo, hi);
+static void rep(sy_buf *b, long lo, long hi) { /* {lo,hi}, hi < 0 unbounded */
+    if (hi < 0) sy_buf_printf(b, "{%ld,}", lo);
+    else if (lo == hi) sy_buf_printf(b, "{%ld}", lo);
+    else sy_buf_printf(b, "{%ld,%ld}", lo, hi);
 }
 
 static char *array_rule(sc *c, const cJSON *s, const char *hint, const char *ptr) {
@@ -1607,47 +1564,47 @@ static char *array_rule(sc *c, const cJSON *s, const char *hint, const char *ptr
         free(p);
         ok = r != NULL;
     }
-    gbuf b = {.ok = true};
+    sy_buf b = {0};
     if (ok) {
         prim(c, "space");
-        gbuf_puts(&b, "\"[\" space ");
+        sy_buf_puts(&b, "\"[\" space ");
         if (hi == 0) {
             /* nothing inside */
         } else if (k == 0) {
-            gbuf_printf(&b, lo == 0 ? "(%s (\",\" space %s)" : "%s (\",\" space %s)", r, r);
+            sy_buf_printf(&b, lo == 0 ? "(%s (\",\" space %s)" : "%s (\",\" space %s)", r, r);
             rep(&b, lo > 0 ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
-            if (lo == 0) gbuf_puts(&b, ")?");
+            if (lo == 0) sy_buf_puts(&b, ")?");
         } else {
-            if (lo == 0) gbuf_puts(&b, "(");
-            gbuf_puts(&b, e[0]);
+            if (lo == 0) sy_buf_puts(&b, "(");
+            sy_buf_puts(&b, e[0]);
             int opened = 0;
             long upto = hi < 0 || hi > k ? k : hi;
             for (long i = 1; i < upto; i++) {
-                if (i < lo) gbuf_printf(&b, " \",\" space %s", e[i]);
+                if (i < lo) sy_buf_printf(&b, " \",\" space %s", e[i]);
                 else {
-                    gbuf_printf(&b, " (\",\" space %s", e[i]);
+                    sy_buf_printf(&b, " (\",\" space %s", e[i]);
                     opened++;
                 }
             }
             if (r && (hi < 0 || hi > k)) {
                 long req_more = lo > k ? lo - k : 0;
                 long max_more = hi < 0 ? -1 : hi - k;
-                gbuf_printf(&b, " (\",\" space %s)", r);
+                sy_buf_printf(&b, " (\",\" space %s)", r);
                 rep(&b, req_more, max_more);
             }
-            for (int i = 0; i < opened; i++) gbuf_puts(&b, ")?");
-            if (lo == 0) gbuf_puts(&b, ")?");
+            for (int i = 0; i < opened; i++) sy_buf_puts(&b, ")?");
+            if (lo == 0) sy_buf_puts(&b, ")?");
         }
-        gbuf_puts(&b, " \"]\" space");
+        sy_buf_puts(&b, " \"]\" space");
     }
     for (long i = 0; i < k; i++) free(e[i]);
     free(e);
     free(r);
     if (!ok) {
-        free(b.p);
+        sy_buf_free(&b);
         return NULL;
     }
-    return gbuf_take(c, &b);
+    return sy_buf_take(&b);
 }
 
 /* ---- strings ------------------------------------------------------------------------------------------------ */
@@ -1682,11 +1639,11 @@ static char *string_rule(sc *c, const cJSON *s, const char *ptr) {
     if (!lengths) return use(c, "string");
     prim(c, "char");
     prim(c, "space");
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "\"\\\"\" char");
+    sy_buf b = {0};
+    sy_buf_puts(&b, "\"\\\"\" char");
     rep(&b, lo, hi);
-    gbuf_puts(&b, " \"\\\"\" space");
-    return gbuf_take(c, &b);
+    sy_buf_puts(&b, " \"\\\"\" space");
+    return sy_buf_take(&b);
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------------------------- */
@@ -1726,8 +1683,8 @@ static char *alternatives(sc *c, const cJSON *s, const cJSON *list, const char *
         if (strcmp(k->string, key) && !is_annotation(k->string) && strcmp(k->string, "nullable"))
             cJSON_AddItemToObject(rest, k->string, cJSON_Duplicate(k, true));
     bool constrained = rest->child != NULL;
-    gbuf b = {.ok = true};
-    gbuf_puts(&b, "(");
+    sy_buf b = {0};
+    sy_buf_puts(&b, "(");
     int i = 0;
     const cJSON *br;
     cJSON_ArrayForEach(br, list) {
@@ -1740,20 +1697,20 @@ static char *alternatives(sc *c, const cJSON *s, const cJSON *list, const char *
         free(p);
         if (r == NULL) {
             cJSON_Delete(rest);
-            free(b.p);
+            sy_buf_free(&b);
             return NULL;
         }
-        if (i++) gbuf_puts(&b, " | ");
-        gbuf_puts(&b, r);
+        if (i++) sy_buf_puts(&b, " | ");
+        sy_buf_puts(&b, r);
         free(r);
     }
     cJSON_Delete(rest);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable"))) {
-        gbuf_puts(&b, " | null");
+        sy_buf_puts(&b, " | null");
         prim(c, "null");
     }
-    gbuf_puts(&b, ")");
-    return gbuf_take(c, &b);
+    sy_buf_puts(&b, ")");
+    return sy_buf_take(&b);
 }
 
 static char *visit_inner(sc *c, const cJSON *s, const char *hint, const char *ptr) {
@@ -1833,8 +1790,8 @@ static char *visit_inner(sc *c, const cJSON *s, const char *hint, const char *pt
     } else {
         return fail(c, ptr, "'type' must be a type name or a list of them");
     }
-    gbuf b = {.ok = true};
-    if (nt > 1 || add_null) gbuf_puts(&b, "(");
+    sy_buf b = {0};
+    if (nt > 1 || add_null) sy_buf_puts(&b, "(");
     bool has_null = false;
     for (int i = 0; i < nt; i++) {
         /* integer inside number would be redundant but harmless; keep both */
@@ -1842,20 +1799,20 @@ static char *visit_inner(sc *c, const cJSON *s, const char *hint, const char *pt
         snprintf(h, sizeof h, nt > 1 ? "%.100s-%.16s" : "%.100s", hint, types[i]);
         char *r = visit_type(c, s, types[i], nt > 1 ? h : hint, ptr);
         if (r == NULL) {
-            free(b.p);
+            sy_buf_free(&b);
             return NULL;
         }
         has_null = has_null || strcmp(types[i], "null") == 0;
-        if (i) gbuf_puts(&b, " | ");
-        gbuf_puts(&b, r);
+        if (i) sy_buf_puts(&b, " | ");
+        sy_buf_puts(&b, r);
         free(r);
     }
     if (add_null && !has_null) {
-        gbuf_puts(&b, " | null");
+        sy_buf_puts(&b, " | null");
         prim(c, "null");
     }
-    if (nt > 1 || add_null) gbuf_puts(&b, ")");
-    return gbuf_take(c, &b);
+    if (nt > 1 || add_null) sy_buf_puts(&b, ")");
+    return sy_buf_take(&b);
 }
 
 static char *visit(sc *c, const cJSON *s, const char *hint, const char *ptr) {
@@ -1894,17 +1851,13 @@ static int finish(sc *c, char *root_body, char **gbnf) {
         sc_free(c);
         return SY_GRAMMAR_EINVAL;
     }
-    gbuf b = {.ok = true};
-    gbuf_printf(&b, "root ::= %s\n", root_body);
+    sy_buf b = {0};
+    sy_buf_printf(&b, "root ::= %s\n", root_body);
     free(root_body);
     for (size_t i = 0; i < c->n_rules; i++)
-        if (strcmp(c->rules[i].name, "root") != 0) gbuf_printf(&b, "%s ::= %s\n", c->rules[i].name, c->rules[i].body);
+        if (strcmp(c->rules[i].name, "root") != 0) sy_buf_printf(&b, "%s ::= %s\n", c->rules[i].name, c->rules[i].body);
     sc_free(c);
-    if (!b.ok) {
-        free(b.p);
-        return SY_GRAMMAR_ENOMEM;
-    }
-    *gbnf = b.p;
+    *gbnf = sy_buf_take(&b);
     return 0;
 }
 
