@@ -23,6 +23,10 @@
 #define SET_SOFT 8192u
 #define SET_HARD 32768u
 #define EXPAND_WORK_MAX 200000u       /* expansion steps for one code point */
+/* Expansion (and merging) steps for one call: a mask walks a code point per trie node, so the budget grows with
+ * the vocabulary; it bounds the time one step can take on a grammar as ambiguous as stacked repetitions. */
+#define CALL_WORK_BASE 4000000u
+#define CALL_WORK_PER_TRIE_NODE 64u
 #define MASK_CACHE_BYTES (32u << 20)  /* cached masks per memo */
 
 #define TR_UNKNOWN (-2)
@@ -268,6 +272,8 @@ struct gmemo {
     size_t mask_bytes;
     u32vec out, work, tmp;
     uint32_t expand_work;
+    uint64_t call_work;     /* over the current locked call, reset when the memo's lock is taken */
+    uint64_t call_work_max; /* CALL_WORK_BASE + CALL_WORK_PER_TRIE_NODE per node of the vocabulary's trie */
     char err[256];
 };
 
@@ -338,6 +344,7 @@ static struct gmemo *memo_create(const sy_grammar *g, const sy_grammar_vocab *v,
     pthread_mutex_init(&m->mu, NULL);
     m->g = g;
     m->vocab_uid = v->uid;
+    m->call_work_max = CALL_WORK_BASE + (uint64_t)CALL_WORK_PER_TRIE_NODE * v->n_nodes;
     m->text_ids = malloc((g->n_tok_texts + 1) * sizeof *m->text_ids);
     m->cap_nodes = 4096;
     m->nodes = malloc(m->cap_nodes * sizeof *m->nodes);
@@ -517,6 +524,10 @@ static int expand(struct gmemo *m, uint32_t start) {
         if (++m->expand_work > EXPAND_WORK_MAX)
             return fail_limit(m, "grammar expansion exceeded %u steps for one character (rule '%s')",
                               EXPAND_WORK_MAX, id ? rule_of_pos(g, m->nodes[id].pos) : "root");
+        if (++m->call_work > m->call_work_max)
+            return fail_limit(m, "grammar step exceeded %llu expansion steps (rule '%s'): the grammar is too ambiguous "
+                              "here (stacked repetitions?)", (unsigned long long)m->call_work_max,
+                              id ? rule_of_pos(g, m->nodes[id].pos) : "root");
         gnode n = m->nodes[id];
         if (id == 0 || g->elems[n.pos].type != GE_REF) {
             if (!vec_push(&m->out, id)) return SY_GRAMMAR_ENOMEM;
@@ -550,6 +561,12 @@ static int cmp_u32(const void *a, const void *b) {
 /* m->out sorted and deduplicated, interned with `partial`. TR_DEAD when empty. */
 static int64_t out_to_set(struct gmemo *m, uint32_t partial) {
     if (m->out.n == 0) return TR_DEAD;
+    /* Merging costs a sort of every stack the expansions produced: it counts against the call's budget too, or an
+     * ambiguous grammar (stacked repetitions) spends seconds sorting duplicates. */
+    m->call_work += (uint64_t)m->out.n * 16u;
+    if (m->call_work > m->call_work_max)
+        return fail_limit(m, "grammar step exceeded %llu expansion steps while merging %zu stacks: the grammar is "
+                          "too ambiguous here (stacked repetitions?)", (unsigned long long)m->call_work_max, m->out.n);
     qsort(m->out.p, m->out.n, sizeof *m->out.p, cmp_u32);
     size_t k = 1;
     for (size_t i = 1; i < m->out.n; i++)
@@ -861,6 +878,7 @@ sy_grammar_state *sy_grammar_state_create(sy_grammar *g, const sy_grammar_vocab 
 
     /* the start: root expanded */
     pthread_mutex_lock(&m->mu);
+    m->call_work = 0;
     memo_maybe_flush(m);
     int rc = 0;
     {   /* the root rule's alternatives, expanded */
@@ -978,6 +996,7 @@ long sy_grammar_state_mask(sy_grammar_state *st, uint32_t *bits) {
     }
     struct gmemo *m = st->m;
     pthread_mutex_lock(&m->mu);
+    m->call_work = 0;
     memo_maybe_flush(m);
     long count = 0;
     int64_t s = state_sid(st);
@@ -1073,6 +1092,7 @@ static int grammar_token(sy_grammar_state *st, int32_t tok, bool commit) {
     if (v->kind[tok] == SY_GRAMMAR_TOKEN_EOG) {
         /* an end token ends the grammar where it is complete, unless a reference names it: then it is matched */
         pthread_mutex_lock(&m->mu);
+        m->call_work = 0;
         memo_maybe_flush(m);
         int64_t s = state_sid(st);
         bool ref = s >= 0 && m->sets[s].has_token_top;
@@ -1092,6 +1112,7 @@ static int grammar_token(sy_grammar_state *st, int32_t tok, bool commit) {
         return rc;
     }
     pthread_mutex_lock(&m->mu);
+    m->call_work = 0;
     memo_maybe_flush(m);
     int rc = 0;
     int64_t s = state_sid(st);
@@ -1112,6 +1133,7 @@ static int grammar_token(sy_grammar_state *st, int32_t tok, bool commit) {
 static int grammar_bytes(sy_grammar_state *st, const uint8_t *b, size_t n) {
     struct gmemo *m = st->m;
     pthread_mutex_lock(&m->mu);
+    m->call_work = 0;
     memo_maybe_flush(m);
     int rc = 0;
     int64_t s = state_sid(st);
