@@ -240,6 +240,9 @@ static void fill_usage_times(sy_gen *g) {
 /* The last event: DONE (reason) or ERROR (message != NULL). Drops the loop's reference. */
 static void emit_end(sy_gen *g, const char *finish_reason, const char *message) {
     fill_usage_times(g);
+    /* Its grammar state is done with: free it now rather than when the caller releases the handle. */
+    sy_grammar_state_free(g->gstate);
+    g->gstate = NULL;
     sy_gen_event ev;
     memset(&ev, 0, sizeof ev);
     ev.token = -1;
