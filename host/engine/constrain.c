@@ -73,6 +73,10 @@ int sy_constrain_row(sy_grammar_state *st, uint32_t *mask, float *row, uint32_t 
         uint32_t word = mask[w];
         if (word == UINT32_MAX) continue; /* all allowed: every word before a lazy grammar's trigger */
         uint32_t end = n_vocab - v < 32 ? n_vocab - v : 32;
+        if (word == 0) { /* none allowed: most words where only a few tokens fit (outside JSON strings) */
+            for (uint32_t b = 0; b < end; b++) row[v + b] = -INFINITY;
+            continue;
+        }
         for (uint32_t b = 0; b < end; b++)
             if (!(word & (1u << b))) row[v + b] = -INFINITY;
     }

@@ -150,6 +150,7 @@ struct sy_scheduler {
     sy_grammar_vocab *gvocab;
     int32_t *eog_tokens;
     uint32_t n_eog_tokens;
+    double constraint_pending; /* loop thread: grammar time not yet added to stats.constraint_ns */
     /* Snapshot hooks (end of file): tasks run on the loop thread between steps; stop without freeing. */
     struct sched_task *tasks;
     pthread_cond_t task_done;
@@ -765,7 +766,9 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     if (token < 0 || (uint32_t)token >= s->n_vocab) token = 0; /* a sampler bug must not reach the engine */
     if (g->gstate != NULL) {
         /* Chosen from a masked row, so only a resource limit (or a bug) makes the grammar refuse it. */
+        double t0 = sy_now_seconds();
         int rc = sy_grammar_state_accept_token(g->gstate, token);
+        s->constraint_pending += sy_now_seconds() - t0;
         if (rc < 0) {
             char msg[600];
             snprintf(msg, sizeof msg, "grammar: token %ld refused: %s", (long)token,
@@ -777,6 +780,11 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     g->usage.completion_tokens++;
     pthread_mutex_lock(&s->lock);
     s->stats.tokens_generated++;
+    if (g->gstate != NULL) {
+        s->stats.constrained_tokens++;
+        s->stats.constraint_ns += (uint64_t)(s->constraint_pending * 1e9);
+        s->constraint_pending = 0;
+    }
     pthread_mutex_unlock(&s->lock);
 
     uint32_t flags = lm->engine->token_flags(lm->model, token);
@@ -833,8 +841,11 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
  * logprobs) see the constrained distribution; with ignore_eos no end-of-generation token either (the output then
  * ends where the grammar is final). */
 static int constrain_row(sy_scheduler *s, sy_gen *g, sy_grammar_state *st, float *row, char *msg, size_t msg_size) {
-    return sy_constrain_row(st, g->gmask, row, s->n_vocab, s->eog_tokens, s->n_eog_tokens, g->params.ignore_eos, msg,
-                            msg_size);
+    double t0 = sy_now_seconds();
+    int rc = sy_constrain_row(st, g->gmask, row, s->n_vocab, s->eog_tokens, s->n_eog_tokens, g->params.ignore_eos,
+                              msg, msg_size);
+    s->constraint_pending += sy_now_seconds() - t0;
+    return rc;
 }
 
 static void slot_sample(sy_scheduler *s, slot *sl) {
@@ -892,11 +903,13 @@ static uint32_t slot_plan_drafts(sy_scheduler *s, slot *sl, uint32_t budget) {
     if (k > 0 && g->gstate != NULL) {
         /* Proposals the grammar rejects could never stand: the draft ends before the first of them. The state
          * already holds next_token (accepted when it was chosen). */
+        double t0 = sy_now_seconds();
         sy_grammar_state *probe = sy_grammar_state_clone(g->gstate);
         uint32_t ok = 0;
         while (probe != NULL && ok < k && sy_grammar_state_accept_token(probe, sl->tokens[sl->n_tokens + 1 + ok]) == 0)
             ok++;
         sy_grammar_state_free(probe);
+        s->constraint_pending += sy_now_seconds() - t0;
         k = ok;
     }
     return k;

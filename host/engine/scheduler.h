@@ -153,6 +153,8 @@ typedef struct sy_scheduler_stats {
     uint64_t parked_tokens;
     uint64_t drafted_tokens;     /* speculative decoding: tokens proposed and verified */
     uint64_t accepted_tokens;    /* of those, accepted */
+    uint64_t constrained_tokens; /* tokens chosen under a grammar */
+    uint64_t constraint_ns;      /* engine-loop time spent on grammars: masks, masking rows, accepts, draft checks */
 } sy_scheduler_stats;
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out);
 /* True when no slot is busy and nothing is queued. */

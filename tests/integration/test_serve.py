@@ -817,6 +817,9 @@ def t_structured(srv):
         raise CheckFailed("Ollama accepted a schema with 'not'")
     except ollama.ResponseError as e:
         check(e.status_code == 400 and "not" in e.error, f"{e.status_code} {e.error}")
+    status, _, metrics = curl(srv.base + "/metrics")
+    m = re.search(r'^switchyard_constrained_tokens\{model="alpha"\} (\d+)$', metrics, re.M)
+    check(status == 200 and m and int(m.group(1)) > 100, f"constrained tokens in /metrics: {m and m.group(0)}")
     # LangChain's structured output (method json_schema: response_format strict, parsed into a Pydantic model).
     try:
         from langchain_openai import ChatOpenAI

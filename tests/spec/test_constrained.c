@@ -224,7 +224,15 @@ static verdicts sample_many(const sy_loaded_model *lm, sy_grammar *g, size_t n, 
     }
     assert_true(spec_batch_wait(b, 300));
     verdicts out = {0, 0};
-    for (size_t i = 0; i < n; i++) check_output(lm, v, g, &b->results[i], max_tokens, json, what, i, &out);
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        check_output(lm, v, g, &b->results[i], max_tokens, json, what, i, &out);
+        tokens += b->results[i].usage.completion_tokens;
+    }
+    sy_scheduler_stats st;
+    sy_scheduler_get_stats(s, &st);
+    assert_int_equal(st.constrained_tokens, tokens); /* every one of them was chosen under the grammar */
+    assert_true(st.constraint_ns > 0);
     printf("%s: %u complete, %u cut at %u tokens\n", what, out.complete, out.cut, (unsigned)max_tokens);
     spec_batch_free(b);
     sy_scheduler_destroy(s);
