@@ -271,12 +271,6 @@ int sy_cmd_generate(int argc, char **argv) {
         goto done;
     }
     const char *prompt = optind < argc ? argv[optind] : "";
-    if (grammar_path != NULL && draft != NULL) {
-        /* `serve` verifies constrained drafts; this loop does not. */
-        sy_cli_error("generate", "--draft cannot be combined with --grammar-file or --json-schema here (serve does it)");
-        status = 2;
-        goto done;
-    }
     if (grammar_path != NULL && (grammar = load_grammar(grammar_path, grammar_is_schema)) == NULL) goto done;
 
     sy_plugin_registry reg = {0};
@@ -394,6 +388,30 @@ static int sample_constrained(sy_sampler *sampler, sy_grammar_state *st, uint32_
     return 0;
 }
 
+/* Verification of a constrained draft: row j masked with the state after proposals 0..j-1 (as the scheduler). */
+typedef struct row_masker {
+    sy_grammar_state *st; /* a clone walking the proposals */
+    const int32_t *proposals;
+    uint32_t *mask;
+    uint32_t n_vocab;
+    const int32_t *eog;
+    uint32_t n_eog;
+    bool failed;
+    char msg[600];
+} row_masker;
+
+static void mask_row(void *user, uint32_t j, float *row) {
+    row_masker *m = user;
+    if (m->failed) return;
+    if (m->st == NULL || (j > 0 && sy_grammar_state_accept_token(m->st, m->proposals[j - 1]) != 0)) {
+        m->failed = true;
+        snprintf(m->msg, sizeof m->msg, "grammar: %s", m->st ? sy_grammar_state_error(m->st) : "out of memory");
+        return;
+    }
+    if (sy_constrain_row(m->st, m->mask, row, m->n_vocab, m->eog, m->n_eog, false, m->msg, sizeof m->msg) != 0)
+        m->failed = true;
+}
+
 static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
                          const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
                          sy_speculator *spec, sy_grammar *grammar) {
@@ -492,6 +510,14 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         uint32_t limit = room < left ? room : left;
         if (limit > draft_room) limit = draft_room;
         uint32_t k = q != NULL && limit > 0 ? sy_spec_seq_propose(q, history, n_history, limit) : 0;
+        if (k > 0 && gstate != NULL) {
+            /* The draft ends before the first proposal the grammar rejects (the state holds `token` already). */
+            sy_grammar_state *probe = sy_grammar_state_clone(gstate);
+            uint32_t ok = 0;
+            while (probe != NULL && ok < k && sy_grammar_state_accept_token(probe, history[n_history + ok]) == 0) ok++;
+            sy_grammar_state_free(probe);
+            k = ok;
+        }
         double td = sy_now_seconds();
         st = decode_run(lm, seq, &history[n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(q) : logits, &call);
         if (st != SY_OK) {
@@ -505,7 +531,17 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
             continue;
         }
         sy_spec_verdict v;
-        sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        if (gstate != NULL) {
+            row_masker m = {sy_grammar_state_clone(gstate), history + n_history, gmask, n_vocab, eog, n_eog, false, ""};
+            sy_spec_seq_verify_masked(q, sampler, history, n_history, k, mask_row, &m, &v);
+            sy_grammar_state_free(m.st);
+            if (m.failed) {
+                sy_cli_error("generate", "%s", m.msg);
+                goto out;
+            }
+        } else {
+            sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        }
         drafted += v.n_drafted;
         accepted += v.n_accepted;
         uint32_t keep = n_history + v.n_accepted;
@@ -524,13 +560,21 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         /* The accepted proposals are in the history already: take them, then the target's own next token. */
         bool ended = false;
         for (uint32_t j = 0; j < v.n_accepted && !ended; j++) {
+            if (gstate != NULL && sy_grammar_state_accept_token(gstate, history[n_history]) < 0) {
+                sy_cli_error("generate", "grammar: %s", sy_grammar_state_error(gstate));
+                goto out;
+            }
             int t = take_token(&o, history[n_history]);
             if (t < 0) goto out;
             n_history++;
-            ended = t == 0 || o.generated == max_new;
+            ended = t == 0 || o.generated == max_new || (gstate != NULL && sy_grammar_state_is_final(gstate));
         }
         if (ended) break;
         token = v.next;
+        if (gstate != NULL && sy_grammar_state_accept_token(gstate, token) < 0) {
+            sy_cli_error("generate", "grammar: %s", sy_grammar_state_error(gstate));
+            goto out;
+        }
     }
     double t_decode = sy_now_seconds() - t1;
     sy_text_stream_finish(&o.text, stdout);
