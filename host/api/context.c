@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include "base/util.h"
+#include "grammar/sy_grammar.h"
 
 typedef struct config_holder {
     sy_config *cfg;
@@ -21,12 +22,14 @@ struct sy_api_context {
     pthread_mutex_t lock;
     config_holder *current;
     config_holder *retired;
+    sy_grammar_cache *grammars; /* compiled response formats, schemas and GBNF of requests */
 };
 
 sy_api_context *sy_api_ctx(const sy_http_request *r) { return sy_http_app(r); }
 sy_model_manager *sy_api_manager(sy_api_context *c) { return c->mm; }
 sy_metrics *sy_api_context_metrics(sy_api_context *c) { return c->metrics; }
 sy_server *sy_api_server(sy_api_context *c) { return c->server; }
+sy_grammar_cache *sy_api_grammar_cache(sy_api_context *c) { return c->grammars; }
 bool sy_api_stopping(const sy_api_context *c) { return c->server == NULL || sy_server_stopping(c->server); }
 uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg) {
     return sy_server_track(c->server, cancel, arg);
@@ -149,6 +152,7 @@ sy_api_context *sy_api_context_create(sy_config *cfg, sy_model_manager *mm, sy_m
     c->mm = mm;
     c->metrics = metrics;
     pthread_mutex_init(&c->lock, NULL);
+    c->grammars = sy_grammar_cache_create(SY_API_GRAMMAR_CACHE_SIZE);
     sy_api_replace_config(c, cfg);
     return c;
 }
@@ -164,5 +168,6 @@ void sy_api_context_free(sy_api_context *c) {
         c->retired = next;
     }
     pthread_mutex_destroy(&c->lock);
+    sy_grammar_cache_free(c->grammars);
     free(c);
 }

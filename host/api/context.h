@@ -25,6 +25,10 @@ void sy_api_context_free(sy_api_context *c);
 /* Swap in a reloaded config (ownership passes); requests in progress keep the one they started with. */
 void sy_api_replace_config(sy_api_context *c, sy_config *cfg);
 sy_server *sy_api_server(sy_api_context *c);
+/* The server's compiled grammars (response formats, JSON schemas, GBNF of requests), most recent first. */
+#define SY_API_GRAMMAR_CACHE_SIZE 64
+struct sy_grammar_cache;
+struct sy_grammar_cache *sy_api_grammar_cache(sy_api_context *c);
 
 /* For handlers. */
 sy_api_context *sy_api_ctx(const sy_http_request *r);

@@ -191,6 +191,8 @@ static uint64_t v_slots(const sy_model_status *st) { return st->sched.slots_busy
 static uint64_t v_queue(const sy_model_status *st) { return st->sched.queue_depth; }
 static uint64_t v_parked_sequences(const sy_model_status *st) { return st->sched.parked_sequences; }
 static uint64_t v_parked_tokens(const sy_model_status *st) { return st->sched.parked_tokens; }
+static uint64_t v_constrained_tokens(const sy_model_status *st) { return st->sched.constrained_tokens; }
+static uint64_t v_constraint_us(const sy_model_status *st) { return st->sched.constraint_ns / 1000; }
 
 static void render_model_gauge(sy_buf *b, const char *name, const char *help, const sy_model_status *models,
                                size_t n, model_value_fn value) {
@@ -312,6 +314,12 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         render_model_gauge(&b, "switchyard_prefix_cache_tokens",
                            "Tokens of the sequences parked in the host prefix cache (prefix_cache_tokens bounds it).",
                            models, n_models, v_parked_tokens);
+        render_model_gauge(&b, "switchyard_constrained_tokens",
+                           "Tokens chosen under a grammar (response_format, format, grammar) since the model loaded.",
+                           models, n_models, v_constrained_tokens);
+        render_model_gauge(&b, "switchyard_constraint_microseconds",
+                           "Engine-loop time spent on grammars (masks, masked rows, accepts) since the model loaded.",
+                           models, n_models, v_constraint_us);
     }
     render_snapshot_counters(&b);
     if (len != NULL) *len = b.len;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <xxhash.h>
+#include "api/constraint.h"
 #include "api/context.h"
 #include "api/generation.h"
 #include "api/messages.h"
@@ -146,10 +147,7 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
 
 /* Features Ollama has that this server does not: refused by name. */
 static int refuse_unsupported(const cJSON *body, sy_api_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "format");
-    if (v != NULL && !cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
-        return sy_api_fail(e, 400, "unsupported_parameter", "format", "format (JSON output) is not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "tools");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "tools", "tools are not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "images");
@@ -309,7 +307,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     char *prompt_text = NULL;
     int32_t *tokens = NULL;
     size_t n_tokens = 0;
-    sy_gen_params params;
+    sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
     const char *prompt = NULL, *system = NULL;
     bool stream = true, raw = false;
@@ -350,6 +348,8 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         return;
     }
 
+    /* After the load-only request above, which takes no format. */
+    if (sy_api_constraint_ollama(sy_api_ctx(r), body, &params, &e) != 0) goto fail;
     if (sy_api_acquire(r, model_name, &m, &e) != 0) goto fail;
     q->load_seconds = m.acquire_seconds;
     apply_keep_alive(r, m.name, keep_alive);
@@ -372,6 +372,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
 
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
+    sy_api_constraint_clear(&params); /* the scheduler holds the grammar now */
     if (unload_now) sy_api_gen_unload_after(g);
     free(tokens);
     free(prompt_text);
@@ -388,6 +389,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
 
 fail:
     sy_api_respond_error(r, &e);
+    sy_api_constraint_clear(&params);
     sy_api_model_release(&m);
     free(tokens);
     free(prompt_text);

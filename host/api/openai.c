@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "api/constraint.h"
 #include "api/context.h"
 #include "api/generation.h"
 #include "api/messages.h"
@@ -47,13 +48,6 @@ static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
     v = cJSON_GetObjectItemCaseSensitive(body, "functions");
     if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "functions", "functions are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "response_format");
-    if (v != NULL && !cJSON_IsNull(v)) {
-        const cJSON *type = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)
-            return sy_api_fail(e, 400, "unsupported_parameter", "response_format",
-                               "response_format: only {\"type\": \"text\"} is supported");
-    }
     v = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
     if (cJSON_IsObject(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "logit_bias", "logit_bias is not supported");
@@ -454,7 +448,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     char *prompt_text = NULL;
     int32_t *tokens = NULL;
     size_t n_tokens = 0;
-    sy_gen_params params;
+    sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
     const char *text = NULL;
     sy_api_gen *g = NULL;
@@ -462,6 +456,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
     if (sy_json_get_string(body, NULL, "model", &model_name, NULL, &e) != 0) goto fail;
     if (parse_params(body, q, &params, &e) != 0) goto fail;
+    if (sy_api_constraint_openai(sy_api_ctx(r), body, &params, &e) != 0) goto fail;
     if (chat) {
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
         if (msgs == NULL) {
@@ -513,6 +508,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
+    sy_api_constraint_clear(&params); /* the scheduler holds the grammar now */
     free(tokens);
     tokens = NULL;
     free(prompt_text);
@@ -533,6 +529,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
 fail:
     sy_api_respond_error(r, &e);
+    sy_api_constraint_clear(&params);
     sy_api_model_release(&m);
     free(tokens);
     free(prompt_text);

@@ -1,5 +1,6 @@
 /* switchyard generate: load one model, prefill the prompt, sample until an end token or --max-new, streaming
  * text to stdout as it comes. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,10 +11,13 @@
 #include "cli/commands.h"
 #include "plugins/engine_options.h"
 #include "plugins/loaded_model.h"
+#include "engine/constrain.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "engine/text_stream.h"
+#include "base/buf.h"
 #include "base/util.h"
+#include "grammar/sy_grammar.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -36,6 +40,9 @@ static void usage(FILE *out) {
             "  --no-bos              do not add the model's beginning-of-sequence token\n"
             "  --special             print control tokens as text\n"
             "  --stats               print token counts and speeds to stderr at the end\n"
+            "constrained output (docs/grammar.md):\n"
+            "  --grammar-file F      the output follows the GBNF grammar in F (root rule \"root\")\n"
+            "  --json-schema F       the output is JSON valid against the JSON Schema in F\n"
             "speculative decoding (the output is what it would be without):\n"
             "  --draft SPEC          ngram (prompt lookup), model:PATH (a small model with the same tokenizer),\n"
             "                        replay:FILE:PCT (benchmarks: a known continuation, PCT%% corrupted)\n"
@@ -47,7 +54,8 @@ static void usage(FILE *out) {
 
 enum {
     OPT_PLUGIN = 1000, OPT_MODEL, OPT_GGUF, OPT_PLUGIN_DIR, OPT_CONFIG, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
-    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL, OPT_DRAFT, OPT_DRAFT_MAX
+    OPT_REPEAT, OPT_SEED, OPT_NO_BOS, OPT_SPECIAL, OPT_STATS, OPT_LOG_LEVEL, OPT_DRAFT, OPT_DRAFT_MAX,
+    OPT_GRAMMAR_FILE, OPT_JSON_SCHEMA
 };
 
 /* Names under which `generate` lends its models to a model drafter (host->acquire_engine). */
@@ -56,7 +64,64 @@ enum {
 
 static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
                          const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
-                         sy_speculator *spec);
+                         sy_speculator *spec, sy_grammar *grammar);
+
+/* A whole file of at most `max` bytes (malloc'd, NUL-terminated), or NULL with err. */
+static char *read_text_file(const char *path, size_t max, size_t *len, char *err, size_t err_size) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, err_size, "cannot open it: %s", strerror(errno));
+        return NULL;
+    }
+    sy_buf b;
+    sy_buf_init(&b);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (b.len + n > max) {
+            snprintf(err, err_size, "larger than %zu bytes", max);
+            fclose(f);
+            sy_buf_free(&b);
+            return NULL;
+        }
+        sy_buf_append(&b, chunk, n);
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) {
+        snprintf(err, err_size, "read error");
+        sy_buf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    sy_buf_append(&b, "", 1); /* a NUL for the JSON parser; not counted */
+    return sy_buf_take(&b);
+}
+
+/* The grammar of --grammar-file (GBNF) or --json-schema (a JSON Schema file). NULL after an error message. */
+static sy_grammar *load_grammar(const char *path, bool schema) {
+    size_t len = 0;
+    char err[512];
+    char *text = read_text_file(path, SY_GRAMMAR_MAX_TEXT, &len, err, sizeof err);
+    const char *opt = schema ? "--json-schema" : "--grammar-file";
+    if (text == NULL) {
+        sy_cli_error("generate", "%s %s: %s", opt, path, err);
+        return NULL;
+    }
+    sy_grammar *g = NULL;
+    if (schema) {
+        sy_grammar_cache *c = sy_grammar_cache_create(1);
+        sy_schema_options o = sy_schema_defaults();
+        g = c != NULL ? sy_grammar_cache_schema(c, text, len, &o, err, sizeof err) : NULL;
+        if (c == NULL) snprintf(err, sizeof err, "out of memory");
+        sy_grammar_cache_free(c); /* g holds its own reference */
+    } else {
+        g = sy_grammar_compile(text, len, NULL, err, sizeof err);
+    }
+    if (g == NULL) sy_cli_error("generate", "%s %s: %s", opt, path, err);
+    free(text);
+    return g;
+}
 
 int sy_cmd_generate(int argc, char **argv) {
     struct option options[64];
@@ -78,6 +143,8 @@ int sy_cmd_generate(int argc, char **argv) {
         {"stats", no_argument, NULL, OPT_STATS},
         {"draft", required_argument, NULL, OPT_DRAFT},
         {"draft-max", required_argument, NULL, OPT_DRAFT_MAX},
+        {"grammar-file", required_argument, NULL, OPT_GRAMMAR_FILE},
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
         {"help", no_argument, NULL, 'h'},
     };
     size_t n_own = sizeof own / sizeof *own;
@@ -86,6 +153,9 @@ int sy_cmd_generate(int argc, char **argv) {
     memset(&options[n_all], 0, sizeof options[n_all]);
 
     const char *plugin = NULL, *model_path = NULL, *plugin_dir = NULL, *draft = NULL;
+    const char *grammar_path = NULL;
+    bool grammar_is_schema = false;
+    sy_grammar *grammar = NULL;
     sy_speculator_options spec_opts = sy_speculator_defaults();
     int gguf_spelling = 0, add_bos = 1, show_special = 0, stats = 0;
     int64_t max_new = 256;
@@ -169,6 +239,16 @@ int sy_cmd_generate(int argc, char **argv) {
             }
             spec_opts.draft_max = (uint32_t)u;
             break;
+        case OPT_GRAMMAR_FILE:
+        case OPT_JSON_SCHEMA:
+            if (grammar_path != NULL) {
+                sy_cli_error("generate", "give one of --grammar-file and --json-schema, once");
+                status = 2;
+                goto done;
+            }
+            grammar_path = optarg;
+            grammar_is_schema = c == OPT_JSON_SCHEMA;
+            break;
         case 'h': usage(stdout); status = 0; goto done;
         default: {
             int st = sy_cli_engine_option("generate", &eo, c, optarg, usage);
@@ -191,6 +271,7 @@ int sy_cmd_generate(int argc, char **argv) {
         goto done;
     }
     const char *prompt = optind < argc ? argv[optind] : "";
+    if (grammar_path != NULL && (grammar = load_grammar(grammar_path, grammar_is_schema)) == NULL) goto done;
 
     sy_plugin_registry reg = {0};
     char dir[4096], err[1024];
@@ -230,7 +311,7 @@ int sy_cmd_generate(int argc, char **argv) {
         }
         sy_speculator_limit_rollback(spec, lm.info.max_rollback);
     }
-    status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec);
+    status = generate_loop(&lm, prompt, add_bos, (uint32_t)max_new, &sp, show_special, stats, t_load, spec, grammar);
 close:
     sy_speculator_free(spec);
     if (draft_published) sy_loaded_model_unpublish(GENERATE_DRAFT_NAME, &draft_lm);
@@ -239,13 +320,14 @@ close:
     sy_loaded_model_close(&lm);
     sy_plugin_registry_close(&reg);
 done:
+    sy_grammar_free(grammar);
     sy_engine_options_free(&eo);
     return status;
 }
 
 int sy_generate_run(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
                     const sy_sampler_params *sp, int show_special, int stats, double load_seconds) {
-    return generate_loop(lm, prompt, add_bos, max_new, sp, show_special, stats, load_seconds, NULL);
+    return generate_loop(lm, prompt, add_bos, max_new, sp, show_special, stats, load_seconds, NULL, NULL);
 }
 
 /* The output side of the loop: prints tokens as they are taken and counts them. */
@@ -283,9 +365,56 @@ static sy_status decode_run(const sy_loaded_model *lm, sy_seq *seq, const int32_
     return lm->engine->decode(lm->model, &batch);
 }
 
+/* The next token from logits, masked by the grammar state when there is one (which then takes the token). */
+static int sample_constrained(sy_sampler *sampler, sy_grammar_state *st, uint32_t *mask, float *logits,
+                              uint32_t n_vocab, const int32_t *eog, uint32_t n_eog, const int32_t *history,
+                              uint32_t n_history, int32_t *token) {
+    char msg[600];
+    if (st != NULL && sy_constrain_row(st, mask, logits, n_vocab, eog, n_eog, false, msg, sizeof msg) != 0) {
+        sy_cli_error("generate", "%s", msg);
+        return -1;
+    }
+    int32_t t = sy_sampler_sample(sampler, logits, history, n_history);
+    if (st == NULL) {
+        *token = t;
+        return 0;
+    }
+    if (!sy_constrain_allows(mask, t)) t = sy_argmax(logits, n_vocab); /* the sampler's last-resort pick */
+    if (sy_grammar_state_accept_token(st, t) < 0) {
+        sy_cli_error("generate", "grammar: %s", sy_grammar_state_error(st));
+        return -1;
+    }
+    *token = t;
+    return 0;
+}
+
+/* Verification of a constrained draft: row j masked with the state after proposals 0..j-1 (as the scheduler). */
+typedef struct row_masker {
+    sy_grammar_state *st; /* a clone walking the proposals */
+    const int32_t *proposals;
+    uint32_t *mask;
+    uint32_t n_vocab;
+    const int32_t *eog;
+    uint32_t n_eog;
+    bool failed;
+    char msg[600];
+} row_masker;
+
+static void mask_row(void *user, uint32_t j, float *row) {
+    row_masker *m = user;
+    if (m->failed) return;
+    if (m->st == NULL || (j > 0 && sy_grammar_state_accept_token(m->st, m->proposals[j - 1]) != 0)) {
+        m->failed = true;
+        snprintf(m->msg, sizeof m->msg, "grammar: %s", m->st ? sy_grammar_state_error(m->st) : "out of memory");
+        return;
+    }
+    if (sy_constrain_row(m->st, m->mask, row, m->n_vocab, m->eog, m->n_eog, false, m->msg, sizeof m->msg) != 0)
+        m->failed = true;
+}
+
 static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_bos, uint32_t max_new,
                          const sy_sampler_params *sp, int show_special, int stats, double load_seconds,
-                         sy_speculator *spec) {
+                         sy_speculator *spec, sy_grammar *grammar) {
     char err[512];
     size_t n_prompt = 0;
     uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (add_bos ? SY_TOKENIZE_ADD_SPECIAL : 0);
@@ -335,6 +464,21 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
     sy_seq *seq = NULL;
     sy_host_call call;
     sy_host_call_init(&call);
+    /* Constrained output: the vocabulary as the grammar sees it, the state, the mask scratch. */
+    sy_grammar_vocab *gvocab = NULL;
+    sy_grammar_state *gstate = NULL;
+    uint32_t *gmask = NULL;
+    int32_t *eog = NULL;
+    uint32_t n_eog = 0;
+    if (grammar != NULL) {
+        gvocab = sy_constrain_vocab_create(lm, &eog, &n_eog, err, sizeof err);
+        gstate = gvocab != NULL ? sy_grammar_state_create(grammar, gvocab, NULL, err, sizeof err) : NULL;
+        if (gstate == NULL) {
+            sy_cli_error("generate", "grammar: %s", err);
+            goto out;
+        }
+        gmask = sy_xmalloc(sy_grammar_vocab_mask_words(gvocab) * sizeof *gmask);
+    }
     if (lm->engine->seq_create(lm->model, &seq) != SY_OK) {
         sy_cli_error("generate", "cannot create a sequence: %s", lm->engine->error_message());
         goto out;
@@ -348,13 +492,17 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         goto out;
     }
     double t1 = sy_now_seconds();
-    int32_t token = max_new > 0 ? sy_sampler_sample(sampler, logits, history, n_history) : -1;
+    int32_t token = -1;
+    if (max_new > 0 && sample_constrained(sampler, gstate, gmask, logits, n_vocab, eog, n_eog, history, n_history,
+                                          &token) != 0)
+        goto out;
     while (o.generated < max_new) {
         /* The token just chosen joins the history and the output. */
         history[n_history++] = token;
         int taken = take_token(&o, token);
         if (taken < 0) goto out;
         if (taken == 0 || o.generated == max_new) break;
+        if (gstate != NULL && sy_grammar_state_is_final(gstate)) break; /* nothing more can follow */
 
         /* Decode it, with proposals after it when the drafter has some. */
         uint32_t room = lm->info.n_ctx - n_history; /* n_history <= n_prompt + max_new <= n_ctx */
@@ -362,6 +510,14 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         uint32_t limit = room < left ? room : left;
         if (limit > draft_room) limit = draft_room;
         uint32_t k = q != NULL && limit > 0 ? sy_spec_seq_propose(q, history, n_history, limit) : 0;
+        if (k > 0 && gstate != NULL) {
+            /* The draft ends before the first proposal the grammar rejects (the state holds `token` already). */
+            sy_grammar_state *probe = sy_grammar_state_clone(gstate);
+            uint32_t ok = 0;
+            while (probe != NULL && ok < k && sy_grammar_state_accept_token(probe, history[n_history + ok]) == 0) ok++;
+            sy_grammar_state_free(probe);
+            k = ok;
+        }
         double td = sy_now_seconds();
         st = decode_run(lm, seq, &history[n_history - 1], 1 + k, 1 + k, k ? sy_spec_seq_rows(q) : logits, &call);
         if (st != SY_OK) {
@@ -370,11 +526,22 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         }
         if (spec != NULL) sy_speculator_note_decode(spec, 1 + k, 1, false, sy_now_seconds() - td);
         if (k == 0) {
-            token = sy_sampler_sample(sampler, logits, history, n_history);
+            if (sample_constrained(sampler, gstate, gmask, logits, n_vocab, eog, n_eog, history, n_history, &token) != 0)
+                goto out;
             continue;
         }
         sy_spec_verdict v;
-        sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        if (gstate != NULL) {
+            row_masker m = {sy_grammar_state_clone(gstate), history + n_history, gmask, n_vocab, eog, n_eog, false, ""};
+            sy_spec_seq_verify_masked(q, sampler, history, n_history, k, mask_row, &m, &v);
+            sy_grammar_state_free(m.st);
+            if (m.failed) {
+                sy_cli_error("generate", "%s", m.msg);
+                goto out;
+            }
+        } else {
+            sy_spec_seq_verify(q, sampler, history, n_history, k, &v);
+        }
         drafted += v.n_drafted;
         accepted += v.n_accepted;
         uint32_t keep = n_history + v.n_accepted;
@@ -393,13 +560,21 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
         /* The accepted proposals are in the history already: take them, then the target's own next token. */
         bool ended = false;
         for (uint32_t j = 0; j < v.n_accepted && !ended; j++) {
+            if (gstate != NULL && sy_grammar_state_accept_token(gstate, history[n_history]) < 0) {
+                sy_cli_error("generate", "grammar: %s", sy_grammar_state_error(gstate));
+                goto out;
+            }
             int t = take_token(&o, history[n_history]);
             if (t < 0) goto out;
             n_history++;
-            ended = t == 0 || o.generated == max_new;
+            ended = t == 0 || o.generated == max_new || (gstate != NULL && sy_grammar_state_is_final(gstate));
         }
         if (ended) break;
         token = v.next;
+        if (gstate != NULL && sy_grammar_state_accept_token(gstate, token) < 0) {
+            sy_cli_error("generate", "grammar: %s", sy_grammar_state_error(gstate));
+            goto out;
+        }
     }
     double t_decode = sy_now_seconds() - t1;
     sy_text_stream_finish(&o.text, stdout);
@@ -419,6 +594,10 @@ static int generate_loop(const sy_loaded_model *lm, const char *prompt, int add_
     status = 0;
 out:
     if (seq != NULL) lm->engine->seq_free(lm->model, seq);
+    sy_grammar_state_free(gstate);
+    sy_grammar_vocab_free(gvocab);
+    free(gmask);
+    free(eog);
     sy_spec_seq_free(q);
     sy_sampler_free(sampler);
     free(o.piece);

@@ -21,10 +21,12 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "engine/constrain.h"
 #include "engine/prefix_cache.h"
 #include "engine/speculative.h"
 #include "engine/text_stream.h"
 #include "base/util.h"
+#include "grammar/sy_grammar.h"
 
 /* A stop string longer than this is refused: holding back text for it would stall streaming. */
 #define SY_GEN_MAX_STOP_BYTES 1024
@@ -56,6 +58,13 @@ struct sy_gen {
     sy_host_call call; /* this generation's own cancellation, for engines that cancel items alone */
     bool device_sampled; /* every token sampled by the engine (sy.engine.sampling/1): chosen when it starts */
     uint64_t rng;        /* the engine sampler's generator state, seeded from params.sampling.seed */
+
+    /* Constrained decoding: the grammar (referenced), where the output stands in it (NULL: unconstrained), and the
+     * allowed tokens of the step (mask_words words). The state is the loop's once submitted. */
+    sy_grammar *grammar;
+    sy_grammar_state *gstate;
+    uint32_t *gmask;
+    char *trigger_words[SY_GEN_MAX_TRIGGERS]; /* owned copies; params.constraint points at them */
 
     /* Loop-thread state while it runs. */
     sy_sampler *sampler;
@@ -135,6 +144,13 @@ struct sy_scheduler {
     uint64_t parked_tokens;
     uint32_t n_parked;
     uint32_t spurious_cancels;
+    /* Constrained decoding: the model's token texts as the grammar sees them, built by the first constrained
+     * submit (under vocab_lock; immutable after) and its end-of-generation tokens. */
+    pthread_mutex_t vocab_lock;
+    sy_grammar_vocab *gvocab;
+    int32_t *eog_tokens;
+    uint32_t n_eog_tokens;
+    double constraint_pending; /* loop thread: grammar time not yet added to stats.constraint_ns */
     /* Snapshot hooks (end of file): tasks run on the loop thread between steps; stop without freeing. */
     struct sched_task *tasks;
     pthread_cond_t task_done;
@@ -156,7 +172,7 @@ static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
     const sy_sampler_params *p = &g->params.sampling;
     return s->sampling != NULL && !g->params.logprobs && g->params.top_logprobs == 0 && p->repeat_penalty == 1.0f &&
            p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
-           !(s->opts.speculator != NULL && g->params.speculative);
+           !(s->opts.speculator != NULL && g->params.speculative) && g->gstate == NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -164,6 +180,10 @@ static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
 
 static void gen_free(sy_gen *g) {
     for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) free(g->stop[i]);
+    for (size_t i = 0; i < SY_GEN_MAX_TRIGGERS; i++) free(g->trigger_words[i]);
+    sy_grammar_state_free(g->gstate);
+    sy_grammar_free(g->grammar);
+    free(g->gmask);
     free(g->prompt);
     sy_sampler_free(g->sampler);
     sy_buf_free(&g->held);
@@ -221,6 +241,9 @@ static void fill_usage_times(sy_gen *g) {
 /* The last event: DONE (reason) or ERROR (message != NULL). Drops the loop's reference. */
 static void emit_end(sy_gen *g, const char *finish_reason, const char *message) {
     fill_usage_times(g);
+    /* Its grammar state is done with: free it now rather than when the caller releases the handle. */
+    sy_grammar_state_free(g->gstate);
+    g->gstate = NULL;
     sy_gen_event ev;
     memset(&ev, 0, sizeof ev);
     ev.token = -1;
@@ -330,7 +353,61 @@ static int check_params(const sy_scheduler *s, const sy_gen_params *p, char *err
     if (p->top_logprobs > SY_GEN_MAX_TOP_LOGPROBS)
         return refuse(err, err_size, http, 400, "top_logprobs %u is more than %d", (unsigned)p->top_logprobs,
                       SY_GEN_MAX_TOP_LOGPROBS);
-    (void)s;
+    const sy_gen_constraint *c = &p->constraint;
+    if (c->grammar == NULL && (c->n_trigger_words > 0 || c->n_trigger_tokens > 0))
+        return refuse(err, err_size, http, 400, "grammar triggers given without a grammar");
+    if (c->n_trigger_words > SY_GEN_MAX_TRIGGERS || c->n_trigger_tokens > SY_GEN_MAX_TRIGGERS)
+        return refuse(err, err_size, http, 400, "more than %d grammar trigger words or tokens", SY_GEN_MAX_TRIGGERS);
+    for (size_t i = 0; i < c->n_trigger_words; i++) {
+        size_t n = c->trigger_words[i] != NULL ? strlen(c->trigger_words[i]) : 0;
+        if (n == 0 || n > SY_GRAMMAR_MAX_TRIGGER_LEN)
+            return refuse(err, err_size, http, 400, "grammar trigger word %zu is empty or longer than %u bytes", i,
+                          SY_GRAMMAR_MAX_TRIGGER_LEN);
+    }
+    for (size_t i = 0; i < c->n_trigger_tokens; i++)
+        if (c->trigger_tokens[i] < 0 || (uint32_t)c->trigger_tokens[i] >= s->n_vocab)
+            return refuse(err, err_size, http, 400, "grammar trigger token %ld is outside the vocabulary of %u",
+                          (long)c->trigger_tokens[i], (unsigned)s->n_vocab);
+    return 0;
+}
+
+/* ---- constrained decoding: the model's vocabulary for the grammar ---- */
+
+/* The grammar vocabulary, built on first use (any thread: token_to_bytes and token_flags are any-thread calls).
+ * NULL with err set when it cannot be built. */
+static const sy_grammar_vocab *grammar_vocab(sy_scheduler *s, char *err, size_t err_size) {
+    pthread_mutex_lock(&s->vocab_lock);
+    if (s->gvocab == NULL) {
+        double t0 = sy_now_seconds();
+        s->gvocab = sy_constrain_vocab_create(s->lm, &s->eog_tokens, &s->n_eog_tokens, err, err_size);
+        if (s->gvocab != NULL)
+            sy_log(SY_LOG_INFO, "scheduler: grammar vocabulary of %u tokens built in %.0f ms", (unsigned)s->n_vocab,
+                   (sy_now_seconds() - t0) * 1e3);
+    }
+    const sy_grammar_vocab *v = s->gvocab;
+    pthread_mutex_unlock(&s->vocab_lock);
+    return v;
+}
+
+/* The constraint of a generation being submitted: its own copies of the triggers, a state at the grammar's start
+ * and the mask scratch. 0, or -1 with err (400). */
+static int gen_constrain(sy_scheduler *s, sy_gen *g, const sy_gen_constraint *c, char *err, size_t err_size,
+                         int *http) {
+    char msg[512] = "";
+    const sy_grammar_vocab *v = grammar_vocab(s, msg, sizeof msg);
+    if (v == NULL) return refuse(err, err_size, http, 500, "the grammar vocabulary cannot be built: %s", msg);
+    sy_gen_constraint *own = &g->params.constraint;
+    for (size_t i = 0; i < c->n_trigger_words; i++) {
+        g->trigger_words[i] = sy_strdup(c->trigger_words[i]);
+        own->trigger_words[i] = g->trigger_words[i];
+    }
+    for (size_t i = c->n_trigger_words; i < SY_GEN_MAX_TRIGGERS; i++) own->trigger_words[i] = NULL;
+    sy_grammar_triggers t = {own->trigger_words, NULL, c->n_trigger_words, own->trigger_tokens, c->n_trigger_tokens};
+    bool lazy = c->n_trigger_words > 0 || c->n_trigger_tokens > 0;
+    g->grammar = sy_grammar_ref(c->grammar);
+    g->gstate = sy_grammar_state_create(g->grammar, v, lazy ? &t : NULL, msg, sizeof msg);
+    if (g->gstate == NULL) return refuse(err, err_size, http, 400, "grammar: %s", msg);
+    g->gmask = sy_xmalloc(sy_grammar_vocab_mask_words(v) * sizeof *g->gmask);
     return 0;
 }
 
@@ -380,6 +457,12 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     }
     for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) g->params.stop[i] = i < n_stop ? g->stop[i] : NULL;
     g->params.n_stop = n_stop;
+    if (params->constraint.grammar == NULL) memset(&g->params.constraint, 0, sizeof g->params.constraint);
+    else if (
+        gen_constrain(s, g, &params->constraint, err, err_size, http_status) != 0) {
+        gen_free(g);
+        return NULL;
+    }
     g->callback = callback;
     g->user = user;
     g->usage.prompt_tokens = (uint32_t)n_prompt;
@@ -681,9 +764,27 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     if (g->t_first == 0) g->t_first = sy_now_seconds();
 
     if (token < 0 || (uint32_t)token >= s->n_vocab) token = 0; /* a sampler bug must not reach the engine */
+    if (g->gstate != NULL) {
+        /* Chosen from a masked row, so only a resource limit (or a bug) makes the grammar refuse it. */
+        double t0 = sy_now_seconds();
+        int rc = sy_grammar_state_accept_token(g->gstate, token);
+        s->constraint_pending += sy_now_seconds() - t0;
+        if (rc < 0) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "grammar: token %ld refused: %s", (long)token,
+                     sy_grammar_state_error(g->gstate)[0] ? sy_grammar_state_error(g->gstate) : "rejected");
+            slot_finish(s, sl, NULL, msg);
+            return false;
+        }
+    }
     g->usage.completion_tokens++;
     pthread_mutex_lock(&s->lock);
     s->stats.tokens_generated++;
+    if (g->gstate != NULL) {
+        s->stats.constrained_tokens++;
+        s->stats.constraint_ns += (uint64_t)(s->constraint_pending * 1e9);
+        s->constraint_pending = 0;
+    }
     pthread_mutex_unlock(&s->lock);
 
     uint32_t flags = lm->engine->token_flags(lm->model, token);
@@ -718,7 +819,8 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     if (g->out.len > 0 || want_logprobs)
         emit_text(g, g->out.data, g->out.len, token, want_logprobs ? &logprob : NULL, top, n_top);
     sy_buf_clear(&g->out);
-    if (stopped) {
+    /* A grammar that can take nothing more is done: only an end-of-generation token could follow. */
+    if (stopped || (g->gstate != NULL && sy_grammar_state_is_final(g->gstate))) {
         slot_finish(s, sl, "stop", NULL);
         return false;
     }
@@ -735,8 +837,30 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     return true;
 }
 
+/* Constrained decoding: the tokens the grammar disallows get -INFINITY in `row`, so that the sampler (and the
+ * logprobs) see the constrained distribution; with ignore_eos no end-of-generation token either (the output then
+ * ends where the grammar is final). */
+static int constrain_row(sy_scheduler *s, sy_gen *g, sy_grammar_state *st, float *row, char *msg, size_t msg_size) {
+    double t0 = sy_now_seconds();
+    int rc = sy_constrain_row(st, g->gmask, row, s->n_vocab, s->eog_tokens, s->n_eog_tokens, g->params.ignore_eos,
+                              msg, msg_size);
+    s->constraint_pending += sy_now_seconds() - t0;
+    return rc;
+}
+
 static void slot_sample(sy_scheduler *s, slot *sl) {
-    int32_t token = sy_sampler_sample(sl->gen->sampler, sl->logits, sl->tokens, sl->n_tokens);
+    sy_gen *g = sl->gen;
+    if (g->gstate != NULL) {
+        char msg[600];
+        if (constrain_row(s, g, g->gstate, sl->logits, msg, sizeof msg) != 0) {
+            slot_finish(s, sl, NULL, msg);
+            return;
+        }
+    }
+    int32_t token = sy_sampler_sample(g->sampler, sl->logits, sl->tokens, sl->n_tokens);
+    /* The sampler's last-resort pick (rounding at the end of a draw) could land on a masked token. */
+    if (g->gstate != NULL && (token < 0 || (uint32_t)token >= s->n_vocab || !sy_constrain_allows(g->gmask, token)))
+        token = sy_argmax(sl->logits, s->n_vocab);
     slot_take_token(s, sl, token, sl->logits);
 }
 
@@ -775,7 +899,49 @@ static uint32_t slot_plan_drafts(sy_scheduler *s, slot *sl, uint32_t budget) {
     if (limit == 0) return 0;
     slot_mirror_reserve(sl, sl->n_tokens + 1 + limit);
     sl->tokens[sl->n_tokens] = sl->next_token;
-    return sy_spec_seq_propose(sl->spec, sl->tokens, sl->n_tokens + 1, limit);
+    uint32_t k = sy_spec_seq_propose(sl->spec, sl->tokens, sl->n_tokens + 1, limit);
+    if (k > 0 && g->gstate != NULL) {
+        /* Proposals the grammar rejects could never stand: the draft ends before the first of them. The state
+         * already holds next_token (accepted when it was chosen). */
+        double t0 = sy_now_seconds();
+        sy_grammar_state *probe = sy_grammar_state_clone(g->gstate);
+        uint32_t ok = 0;
+        while (probe != NULL && ok < k && sy_grammar_state_accept_token(probe, sl->tokens[sl->n_tokens + 1 + ok]) == 0)
+            ok++;
+        sy_grammar_state_free(probe);
+        s->constraint_pending += sy_now_seconds() - t0;
+        k = ok;
+    }
+    return k;
+}
+
+/* Verification of a constrained draft: row j is masked with the state after next_token and proposals 0..j-1,
+ * just before the acceptance rule reads it, so what is accepted or drawn comes from the constrained
+ * distribution exactly as without speculation. */
+typedef struct draft_masker {
+    sy_scheduler *s;
+    slot *sl;
+    sy_grammar_state *st; /* a clone walking the proposals */
+    uint32_t base;        /* the proposals sit at sl->tokens[base..) */
+    bool failed;
+    char msg[600];
+} draft_masker;
+
+static void mask_draft_row(void *user, uint32_t j, float *row) {
+    draft_masker *m = user;
+    if (m->failed) return;
+    if (m->st == NULL) {
+        m->failed = true;
+        snprintf(m->msg, sizeof m->msg, "grammar: out of memory");
+        return;
+    }
+    /* Checked when planned, so this only fails on a resource limit. */
+    if (j > 0 && sy_grammar_state_accept_token(m->st, m->sl->tokens[m->base + j - 1]) != 0) {
+        m->failed = true;
+        snprintf(m->msg, sizeof m->msg, "grammar: %s", sy_grammar_state_error(m->st));
+        return;
+    }
+    if (constrain_row(m->s, m->sl->gen, m->st, row, m->msg, sizeof m->msg) != 0) m->failed = true;
 }
 
 /* A new sequence holding the mirror's first n tokens, for an engine that could not roll back. 0, or -1 with msg. */
@@ -819,7 +985,16 @@ static void slot_verify_drafts(sy_scheduler *s, slot *sl, uint32_t k) {
     sy_gen *g = sl->gen;
     uint32_t base = sl->n_tokens + 1; /* mirror + next_token: the context the first row follows */
     sy_spec_verdict v;
-    sy_spec_seq_verify(sl->spec, g->sampler, sl->tokens, base, k, &v);
+    draft_masker masker = {s, sl, NULL, base, false, ""};
+    if (g->gstate != NULL) {
+        masker.st = sy_grammar_state_clone(g->gstate);
+        sy_spec_seq_verify_masked(sl->spec, g->sampler, sl->tokens, base, k, mask_draft_row, &masker, &v);
+        sy_grammar_state_free(masker.st);
+        /* The row the token was drawn from was masked with masker's state; a last-resort pick outside it is
+         * replaced as in slot_sample. */
+    } else {
+        sy_spec_seq_verify(sl->spec, g->sampler, sl->tokens, base, k, &v);
+    }
     uint32_t keep = base + v.n_accepted;
     g->usage.drafted_tokens += v.n_drafted;
     g->usage.accepted_tokens += v.n_accepted;
@@ -843,6 +1018,13 @@ static void slot_verify_drafts(sy_scheduler *s, slot *sl, uint32_t k) {
                 return;
             }
         }
+    }
+    if (masker.failed) {
+        /* Nothing of this step is emitted; the sequence holds the accepted proposals, which the next request in
+         * this slot will not reuse beyond its prompt. */
+        sl->n_tokens = keep;
+        slot_finish(s, sl, NULL, masker.msg);
+        return;
     }
     for (uint32_t j = 0; j <= v.n_accepted; j++) {
         int32_t token = j < v.n_accepted ? sl->tokens[base + j] : v.next;
@@ -1212,6 +1394,7 @@ static void scheduler_free_parts(sy_scheduler *s) {
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->task_done);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->vocab_lock);
     free(s->slots);
     free(s->items);
     free(s->item_status);
@@ -1263,6 +1446,7 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
     s->item_slots = sy_xcalloc(s->n_slots, sizeof *s->item_slots);
     sy_host_call_init(&s->step_call);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->vocab_lock, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_cond_init(&s->wake, &attr);
@@ -1293,6 +1477,8 @@ void sy_scheduler_destroy(sy_scheduler *s) {
         free(s->slots[i].tokens);
         free(s->slots[i].logits);
     }
+    sy_grammar_vocab_free(s->gvocab);
+    free(s->eog_tokens);
     free(s->piece);
     scheduler_free_parts(s);
 }

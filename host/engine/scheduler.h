@@ -22,9 +22,23 @@
 
 #define SY_GEN_MAX_STOP_STRINGS 16
 #define SY_GEN_MAX_TOP_LOGPROBS 20
+#define SY_GEN_MAX_TRIGGERS 16 /* trigger words, and trigger tokens, of a lazy constraint */
+
+struct sy_grammar;
 
 typedef struct sy_scheduler sy_scheduler;
 typedef struct sy_gen sy_gen; /* one submitted generation */
+
+/* Constrained decoding (host/grammar): every output token is one the grammar allows, and an end-of-generation
+ * token comes only where the grammar is complete. With trigger words or tokens the grammar is lazy: the output
+ * is free until a trigger appears, and constrained from the trigger on (sy_grammar_triggers). */
+typedef struct sy_gen_constraint {
+    struct sy_grammar *grammar; /* NULL: unconstrained. The scheduler takes its own reference at submit */
+    const char *trigger_words[SY_GEN_MAX_TRIGGERS]; /* copied at submit */
+    size_t n_trigger_words;
+    int32_t trigger_tokens[SY_GEN_MAX_TRIGGERS];
+    size_t n_trigger_tokens;
+} sy_gen_constraint;
 
 typedef struct sy_gen_params {
     sy_sampler_params sampling;
@@ -35,6 +49,10 @@ typedef struct sy_gen_params {
     uint32_t top_logprobs;            /* 0..SY_GEN_MAX_TOP_LOGPROBS alternatives per token */
     bool logprobs;                    /* report the chosen token's log-probability */
     bool speculative;                 /* allow the model's drafter (when configured); default true */
+    /* Output constrained by a grammar. Such a generation is always sampled by the host. It ends with "stop" once
+     * the grammar can take nothing more (or at an end-of-generation token where the grammar is complete), with
+     * "length" at max_tokens, and with ERROR when a grammar step hits a resource limit. */
+    sy_gen_constraint constraint;
 } sy_gen_params;
 
 sy_gen_params sy_gen_params_defaults(void);
@@ -106,7 +124,9 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
 void sy_scheduler_destroy(sy_scheduler *s);
 
 /* Submit a prompt (tokens are copied). Returns NULL with `err` and *http_status set when refused: 429 when the
- * queue is full, 400 when the prompt does not fit the context. The callback receives every event; the last one
+ * queue is full, 400 when the prompt does not fit the context or the constraint is unusable (a trigger or token
+ * reference this model's vocabulary cannot match); the first constrained submit builds the model's grammar
+ * vocabulary (once, a pass over every token). The callback receives every event; the last one
  * is DONE or ERROR. The caller must sy_gen_release() the handle after it has seen the last event (or after
  * cancelling, once the last event has come). Release may also come earlier, even from inside a callback: the
  * handle lives on until both the caller and the loop are done with it. 503 when the scheduler is shutting down. */
@@ -133,6 +153,8 @@ typedef struct sy_scheduler_stats {
     uint64_t parked_tokens;
     uint64_t drafted_tokens;     /* speculative decoding: tokens proposed and verified */
     uint64_t accepted_tokens;    /* of those, accepted */
+    uint64_t constrained_tokens; /* tokens chosen under a grammar */
+    uint64_t constraint_ns;      /* engine-loop time spent on grammars: masks, masking rows, accepts, draft checks */
 } sy_scheduler_stats;
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out);
 /* True when no slot is busy and nothing is queued. */

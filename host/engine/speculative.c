@@ -639,6 +639,11 @@ const float *sy_spec_seq_row(const sy_spec_seq *q, uint32_t j) { return q->rows 
 
 void sy_spec_seq_verify(sy_spec_seq *q, sy_sampler *sampler, const int32_t *history, uint32_t n_history,
                         uint32_t k, sy_spec_verdict *out) {
+    sy_spec_seq_verify_masked(q, sampler, history, n_history, k, NULL, NULL, out);
+}
+
+void sy_spec_seq_verify_masked(sy_spec_seq *q, sy_sampler *sampler, const int32_t *history, uint32_t n_history,
+                               uint32_t k, sy_spec_row_fn prepare, void *user, sy_spec_verdict *out) {
     bool greedy = q->params.temperature <= 0.0f;
     sy_spec_rule rule = q->sp->opts.rule;
     uint32_t accepted = 0;
@@ -646,6 +651,7 @@ void sy_spec_seq_verify(sy_spec_seq *q, sy_sampler *sampler, const int32_t *hist
     for (uint32_t j = 0; j <= k; j++) {
         float *row = q->rows + (size_t)j * q->n_vocab;
         size_t n_seen = (size_t)n_history + j; /* the context this row follows */
+        if (prepare != NULL) prepare(user, j, row);
         if (j == k) {
             next = sy_sampler_sample(sampler, row, history, n_seen);
             break;

@@ -172,6 +172,12 @@ typedef struct sy_spec_verdict {
  * n_history + n_accepted tokens; the output tokens are the accepted proposals followed by `next`. */
 void sy_spec_seq_verify(sy_spec_seq *q, sy_sampler *sampler, const int32_t *history, uint32_t n_history,
                         uint32_t k, sy_spec_verdict *out);
+/* The same, with prepare(user, j, row) called on row j just before the rule reads it (rows in order, each at
+ * most once, none past the first rejection): constrained decoding masks it there with the grammar state after
+ * proposals 0..j-1, so that verification applies the rule to the constrained distribution. */
+typedef void (*sy_spec_row_fn)(void *user, uint32_t j, float *row);
+void sy_spec_seq_verify_masked(sy_spec_seq *q, sy_sampler *sampler, const int32_t *history, uint32_t n_history,
+                               uint32_t k, sy_spec_row_fn prepare, void *user, sy_spec_verdict *out);
 /* Stop speculating for this sequence. */
 void sy_spec_seq_disable(sy_spec_seq *q);
 /* The target could not roll `depth` tokens back (seq_truncate failed): this sequence stops speculating, and later

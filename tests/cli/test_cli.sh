@@ -130,5 +130,35 @@ expect_error "quantizer missing beside the executable" 1 \
   env -u SY_QUANTIZE_BIN "$lonely/switchyard" quantize --help
 rm -rf "$lonely"
 
+# Constrained output: a GBNF file and a JSON Schema file, sampled at temperature 1 over several seeds.
+gdir=$(mktemp -d "${TMPDIR:-/tmp}/sy-cli-grammar.XXXXXX")
+printf 'root ::= ("yes" | "no") "." [0-9]\n' > "$gdir/yn.gbnf"
+printf '{"type":"object","properties":{"s":{"enum":["open","closed"]},"n":{"type":"integer","minimum":10,"maximum":99}},"required":["s","n"],"additionalProperties":false}' > "$gdir/t.json"
+printf 'root ::= foo\n' > "$gdir/bad.gbnf"
+printf '{"not":{}}' > "$gdir/bad.json"
+for seed in 1 2 3 4 5; do
+  out=$(gen --seed $seed --temp 1 -n 50 --grammar-file "$gdir/yn.gbnf" "Answer")
+  check "--grammar-file seed $seed: '$out'" grep -Eqx '(yes|no)\.[0-9]' <<<"$out"
+  out=$(gen --seed $seed --temp 1 -n 80 --json-schema "$gdir/t.json" "Ticket")
+  check "--json-schema seed $seed: '$out'" grep -Eqx '\{"s":"(open|closed)","n":[1-9][0-9]\}' <<<"$out"
+done
+# Speculative drafts under a grammar: greedy output unchanged, sampled output still follows it.
+printf 'root ::= ("yard " | "switch " | "model ")+ "."\n' > "$gdir/words.gbnf"
+rep="switch yard switch yard switch yard switch yard model switch yard switch yard"
+plain=$(gen --temp 0 -n 40 --grammar-file "$gdir/words.gbnf" "$rep")
+drafted=$(gen --temp 0 -n 40 --grammar-file "$gdir/words.gbnf" --draft ngram "$rep")
+check "--draft ngram with a grammar: greedy output unchanged ('$plain' vs '$drafted')" test "$plain" == "$drafted"
+check "--grammar-file words: '$plain'" grep -Eqx '((yard|switch|model) )*(y|ya|yar|yard|s|sw|swi|swit|switc|switch|m|mo|mod|mode|model)?\.?' <<<"$plain"
+for seed in 1 2 3; do
+  out=$(gen --seed $seed --temp 1 -n 80 --json-schema "$gdir/t.json" --draft ngram "{\"s\":\"open\",\"n\":42} {\"s\":")
+  check "--json-schema --draft seed $seed: '$out'" grep -Eqx '\{"s":"(open|closed)","n":[1-9][0-9]\}' <<<"$out"
+done
+expect_error "--grammar-file: bad GBNF" 1 "undefined rule 'foo'" gen --grammar-file "$gdir/bad.gbnf" x
+expect_error "--json-schema: unsupported keyword" 1 "not" gen --json-schema "$gdir/bad.json" x
+expect_error "--grammar-file: missing file" 1 "cannot open it" gen --grammar-file "$gdir/none.gbnf" x
+expect_error "--grammar-file with --json-schema" 2 "give one of" gen --grammar-file "$gdir/yn.gbnf" \
+  --json-schema "$gdir/t.json" x
+rm -rf "$gdir"
+
 echo "cli: $passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CTest fixture: a virtual environment holding the official `openai` and `ollama` Python clients.
+"""CTest fixture: a virtual environment holding the official `openai` and `ollama` Python clients (and
+`jsonschema`, which checks structured outputs; `langchain-openai` when it installs, for with_structured_output).
 
 Usage: setup_clients.py VENV_DIR
 
@@ -12,14 +13,24 @@ import subprocess
 import sys
 import venv
 
-PACKAGES = ["openai>=1.0", "ollama>=0.4"]
+PACKAGES = ["openai>=1.0", "ollama>=0.4", "jsonschema>=4"]
+# Wanted but not required: the LangChain check runs where it installs and says so where it does not.
+OPTIONAL = ["langchain-openai>=0.2"]
 
 
 def have_clients(python):
     if not os.path.exists(python):
         return False
-    probe = "import openai, ollama; print('openai', openai.__version__)"
+    probe = "import openai, ollama, jsonschema; print('openai', openai.__version__)"
     return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+
+def install_optional(python):
+    if subprocess.run([python, "-c", "import langchain_openai"], capture_output=True).returncode == 0:
+        return
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", *OPTIONAL]
+    if subprocess.run(cmd).returncode != 0:
+        print(f"note: {' '.join(OPTIONAL)} did not install; the LangChain check will report itself skipped")
 
 
 def main():
@@ -29,7 +40,8 @@ def main():
     venv_dir = os.path.abspath(sys.argv[1])
     python = os.path.join(venv_dir, "bin", "python")
     if have_clients(python):
-        print(f"ok: openai and ollama are installed in {venv_dir}")
+        print(f"ok: openai, ollama and jsonschema are installed in {venv_dir}")
+        install_optional(python)
         return 0
     print(f"creating {venv_dir} and installing {' '.join(PACKAGES)} with pip ...", flush=True)
     try:
@@ -48,7 +60,8 @@ def main():
             file=sys.stderr,
         )
         return 1
-    print(f"ok: openai and ollama installed in {venv_dir}")
+    print(f"ok: openai, ollama and jsonschema installed in {venv_dir}")
+    install_optional(python)
     return 0
 
 

@@ -705,8 +705,146 @@ def t_api_keys_and_reload(_main):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Structured output: response_format, format, grammar, json_schema
 
-TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_speculative, t_ollama,
+TICKET = {"type": "object",
+          "properties": {"status": {"enum": ["open", "closed"]},
+                         "code": {"type": "integer", "minimum": 100, "maximum": 599},
+                         "urgent": {"type": "boolean"}},
+          "required": ["status", "code", "urgent"], "additionalProperties": False}
+
+
+def http_post(srv, path, body):
+    """(status, parsed JSON) of a plain POST (urllib: what a llama.cpp client sends)."""
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(srv.base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def t_structured(srv):
+    import jsonschema
+    c = srv.openai()
+    msgs = [{"role": "user", "content": "File a ticket as JSON."}]
+    # json_schema (strict): every output is a valid document, streamed or not, chat or completions.
+    rf = {"type": "json_schema", "json_schema": {"name": "ticket", "schema": TICKET, "strict": True}}
+    for seed in range(6):
+        r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=100, temperature=1, seed=seed,
+                                      response_format=rf)
+        text = r.choices[0].message.content
+        check(r.choices[0].finish_reason == "stop", f"json_schema seed {seed}: {r.choices[0].finish_reason} {text!r}")
+        jsonschema.validate(json.loads(text), TICKET)
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="alpha", messages=msgs, max_tokens=100, temperature=1, seed=3, response_format=rf, stream=True)
+        if ch.choices)
+    again = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=100, temperature=1, seed=3,
+                                      response_format=rf).choices[0].message.content
+    check(streamed == again, f"streamed {streamed!r} != {again!r}")
+    r = c.completions.create(model="alpha", prompt="A ticket:", max_tokens=100, temperature=1, seed=9,
+                             extra_body={"response_format": rf})
+    jsonschema.validate(json.loads(r.choices[0].text), TICKET)
+    # json_object: a JSON object when it ends; a cut by max_tokens is "length".
+    complete = 0
+    for seed in range(8):
+        r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=300, temperature=1, seed=seed,
+                                      response_format={"type": "json_object"})
+        ch = r.choices[0]
+        if ch.finish_reason == "stop":
+            check(isinstance(json.loads(ch.message.content), dict), f"json_object: {ch.message.content!r}")
+            complete += 1
+        else:
+            check(ch.finish_reason == "length" and r.usage.completion_tokens == 300, f"json_object: {r}")
+    check(complete > 0, "no json_object generation completed in 300 tokens")
+    r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=2, temperature=1, seed=1,
+                                  response_format={"type": "json_object"})
+    check(r.choices[0].finish_reason == "length", f"max_tokens 2: {r.choices[0]}")
+    # llama.cpp's fields, as its clients send them.
+    status, body = http_post(srv, "/v1/completions", {"model": "alpha", "prompt": "Answer:", "max_tokens": 20,
+                                                      "temperature": 1, "seed": 4,
+                                                      "grammar": 'root ::= ("yes" | "no") "."'})
+    check(status == 200 and body["choices"][0]["text"] in ("yes.", "no."), f"grammar: {status} {body}")
+    status, body = http_post(srv, "/v1/chat/completions", {"model": "alpha", "messages": msgs, "max_tokens": 100,
+                                                           "temperature": 1, "seed": 5, "json_schema": TICKET})
+    check(status == 200, f"json_schema field: {status} {body}")
+    jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), TICKET)
+    # Refusals: a keyword the compiler cannot honour, bad GBNF, two constraints at once, a bad type.
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "string"}}}}
+    status, body = http_post(srv, "/v1/chat/completions", {"model": "alpha", "messages": msgs, "response_format": bad})
+    check(status == 400 and "not" in body["error"]["message"] and
+          body["error"]["param"] == "response_format.json_schema.schema", f"bad schema: {status} {body}")
+    status, body = http_post(srv, "/v1/completions", {"model": "alpha", "prompt": "x", "grammar": "root ::= foo"})
+    check(status == 400 and "foo" in body["error"]["message"] and body["error"]["param"] == "grammar",
+          f"bad GBNF: {status} {body}")
+    status, body = http_post(srv, "/v1/completions", {"model": "alpha", "prompt": "x", "grammar": 'root ::= "a"',
+                                                      "json_schema": TICKET})
+    check(status == 400, f"two constraints: {status} {body}")
+    status, body = http_post(srv, "/v1/chat/completions", {"model": "alpha", "messages": msgs,
+                                                           "response_format": {"type": "xml"}})
+    check(status == 400 and body["error"]["param"] == "response_format.type", f"type xml: {status} {body}")
+    try:
+        c.chat.completions.create(model="alpha", messages=msgs, response_format=bad)
+        raise CheckFailed("the openai client got no error for an unsupported schema keyword")
+    except openai.BadRequestError as e:
+        check("not" in str(e), f"openai client error: {e}")
+    # Ollama: format "json" and a schema, chat and generate, streamed too.
+    o = srv.ollama()
+    for seed in range(4):
+        r = o.chat(model="alpha", messages=msgs, format=TICKET, options={"seed": seed, "temperature": 1,
+                                                                         "num_predict": 100})
+        check(r.done_reason == "stop", f"ollama schema: {r}")
+        jsonschema.validate(json.loads(r.message.content), TICKET)
+    g = o.generate(model="alpha", prompt="A ticket:", format=TICKET, options={"seed": 2, "temperature": 1,
+                                                                               "num_predict": 100})
+    jsonschema.validate(json.loads(g.response), TICKET)
+    streamed = "".join(p.response for p in o.generate(model="alpha", prompt="A ticket:", format=TICKET, stream=True,
+                                                      options={"seed": 2, "temperature": 1, "num_predict": 100}))
+    check(streamed == g.response, f"ollama stream {streamed!r} != {g.response!r}")
+    complete = 0
+    for seed in range(6):
+        r = o.chat(model="alpha", messages=msgs, format="json", options={"seed": seed, "temperature": 1,
+                                                                         "num_predict": 300})
+        if r.done_reason == "stop":
+            check(isinstance(json.loads(r.message.content), dict), f"ollama json: {r.message.content!r}")
+            complete += 1
+    check(complete > 0, "no Ollama format json generation completed in 300 tokens")
+    try:
+        o.generate(model="alpha", prompt="x", format={"type": "object", "not": {}})
+        raise CheckFailed("Ollama accepted a schema with 'not'")
+    except ollama.ResponseError as e:
+        check(e.status_code == 400 and "not" in e.error, f"{e.status_code} {e.error}")
+    status, _, metrics = curl(srv.base + "/metrics")
+    m = re.search(r'^switchyard_constrained_tokens\{model="alpha"\} (\d+)$', metrics, re.M)
+    check(status == 200 and m and int(m.group(1)) > 100, f"constrained tokens in /metrics: {m and m.group(0)}")
+    # LangChain's structured output (method json_schema: response_format strict, parsed into a Pydantic model).
+    try:
+        from langchain_openai import ChatOpenAI
+        from pydantic import BaseModel, Field
+        from typing import Literal
+    except ImportError as e:
+        print(f"note: LangChain check skipped ({e}); setup_clients.py could not install langchain-openai",
+              flush=True)
+        return
+
+    class Ticket(BaseModel):
+        status: Literal["open", "closed"]
+        code: int = Field(ge=100, le=599)
+        urgent: bool
+
+    llm = ChatOpenAI(base_url=srv.base + "/v1", api_key="none", model="alpha", temperature=1, max_tokens=100,
+                     max_retries=0, seed=11)
+    t = llm.with_structured_output(Ticket, method="json_schema").invoke("File a ticket.")
+    check(isinstance(t, Ticket) and 100 <= t.code <= 599, f"LangChain: {t!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_structured,
+         t_speculative, t_ollama,
          t_ollama_keep_alive, t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
 
 
