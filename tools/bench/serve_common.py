@@ -180,3 +180,29 @@ def median(xs):
     s = sorted(xs)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def add_serve_args(ap, work_dir, parallel, concurrency, max_wait):
+    """The options every serving benchmark over one GGUF model takes."""
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--switchyard", required=True)
+    ap.add_argument("--plugin-dir")
+    ap.add_argument("--work-dir", default=work_dir)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--parallel", type=int, default=parallel)
+    ap.add_argument("--concurrency", default=concurrency)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-load", type=float, default=1.5,
+                    help="wait for this 1-minute load average (and CPUs at most 20%% busy over 3 s) first")
+    ap.add_argument("--max-wait", type=float, default=max_wait, help="seconds to wait for that at most")
+    ap.add_argument("--json", help="write the results here")
+
+
+def bench_config(args):
+    """The INI of the one model a serving benchmark runs."""
+    return (f"[host]\nresume_path = {os.path.join(args.work_dir, 'resume')}\n\n"
+            f"[model.bench]\nplugin = gguf-quant\npath = {os.path.abspath(args.model)}\nparallel = {args.parallel}\n"
+            f"threads = {args.threads}\nctx_size = {args.ctx}\npersist_on_unload = false\n")
+

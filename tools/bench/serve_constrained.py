@@ -77,24 +77,10 @@ def one_round(port, c, tokens, round_, constrained):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir")
-    ap.add_argument("--work-dir", default="/tmp/sy-serve-constrained")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--concurrency", default="1,4")
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-load", type=float, default=1.5)
-    ap.add_argument("--max-wait", type=float, default=900)
-    ap.add_argument("--json", help="write the results here")
+    sc.add_serve_args(ap, "/tmp/sy-serve-constrained", parallel=4, concurrency="1,4", max_wait=900)
     args = ap.parse_args()
     sc.warm_page_cache(args.model)
-    cfg = (f"[host]\nresume_path = {os.path.join(args.work_dir, 'resume')}\n\n"
-           f"[model.bench]\nplugin = gguf-quant\npath = {os.path.abspath(args.model)}\nparallel = {args.parallel}\n"
-           f"threads = {args.threads}\nctx_size = {args.ctx}\npersist_on_unload = false\n")
+    cfg = sc.bench_config(args)
     result = {"machine": sc.machine(), "model": os.path.abspath(args.model), "threads": args.threads,
               "tokens": args.tokens, "levels": {}}
     result["load_before"] = sc.wait_for_quiet(args.max_load, args.max_wait)
