@@ -24,19 +24,24 @@ void sy_api_root(sy_http_request *r) {
     sy_http_respond(r, 200, "text/plain; charset=utf-8", text, sizeof text - 1);
 }
 
+/* The answers a Kubernetes readiness probe reads (docs/deploy.md): 200 "ok" once the preload models are ready;
+ * 503 while they load ("loading"), when one failed ("error"), as soon as a stop begins ("draining", then
+ * "stopping"). Loads after the start (swaps) do not change it: the server answers meanwhile. */
 void sy_api_health(sy_http_request *r) {
     sy_api_context *srv = sy_api_ctx(r);
     cJSON *json = cJSON_CreateObject();
-    int status = 200;
-    if (sy_api_stopping(srv)) {
-        status = 503;
-        cJSON_AddStringToObject(json, "status", "stopping");
-    } else if (sy_model_manager_loading(sy_api_manager(srv))) {
-        status = 503;
-        cJSON_AddStringToObject(json, "status", "loading");
-    } else {
-        cJSON_AddStringToObject(json, "status", "ok");
-    }
+    int status = 503;
+    const char *state = "ok";
+    sy_server *server = sy_http_server(r);
+    sy_preload_state preload = sy_model_manager_preload_state(sy_api_manager(srv));
+    if (sy_api_stopping(srv)) state = "stopping";
+    else if (sy_server_draining(server)) state = "draining";
+    else if (preload == SY_PRELOAD_PENDING) state = "loading";
+    else if (preload == SY_PRELOAD_FAILED) state = "error";
+    else status = 200;
+    cJSON_AddStringToObject(json, "status", state);
+    if (preload == SY_PRELOAD_FAILED && status == 503 && strcmp(state, "error") == 0)
+        cJSON_AddStringToObject(json, "error", "a preload model failed to load (see the server's log)");
     sy_http_respond_json(r, status, json);
 }
 

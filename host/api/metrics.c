@@ -204,6 +204,35 @@ static void render_model_gauge(sy_buf *b, const char *name, const char *help, co
     }
 }
 
+static double kv_ratio(uint64_t used, uint64_t capacity) {
+    if (capacity == 0) return 0.0;
+    double r = (double)used / (double)capacity;
+    return r > 1.0 ? 1.0 : r;
+}
+
+/* The load signals of the whole server under the names the Gateway API Inference Extension's endpoint picker
+ * reads by default (its model server protocol: queued requests, running requests, KV-cache utilization, named
+ * as vLLM names them). One series each, for the pod: the picker scores endpoints, not models. */
+static void render_load_signals(sy_buf *b, const sy_model_status *models, size_t n) {
+    uint64_t waiting = 0, running = 0, kv = 0, capacity = 0;
+    for (size_t i = 0; i < n; i++) {
+        waiting += models[i].sched.queue_depth;
+        running += models[i].sched.slots_busy;
+        kv += models[i].sched.kv_tokens;
+        capacity += models[i].sched.kv_capacity_tokens;
+    }
+    header(b, "vllm:num_requests_waiting", "gauge", "Requests waiting for a free slot, over every model.");
+    sy_buf_printf(b, "vllm:num_requests_waiting %llu\n", (unsigned long long)waiting);
+    header(b, "vllm:num_requests_running", "gauge", "Requests generating now, over every model.");
+    sy_buf_printf(b, "vllm:num_requests_running %llu\n", (unsigned long long)running);
+    static const char *const kv_names[] = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"};
+    for (size_t k = 0; k < sizeof kv_names / sizeof *kv_names; k++) {
+        header(b, kv_names[k], "gauge",
+               "Fraction (0..1) of the loaded models' KV capacity that running generations hold (1 = full).");
+        sy_buf_printf(b, "%s %.6f\n", kv_names[k], kv_ratio(kv, capacity));
+    }
+}
+
 /* The KV snapshot counters are the process's (snapshot_store.h), not one sy_metrics object's. */
 static void render_snapshot_counters(sy_buf *b) {
     sy_snapshot_counters c;
@@ -320,6 +349,14 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
         render_model_gauge(&b, "switchyard_constraint_microseconds",
                            "Engine-loop time spent on grammars (masks, masked rows, accepts) since the model loaded.",
                            models, n_models, v_constraint_us);
+        header(&b, "switchyard_kv_cache_usage_ratio", "gauge",
+               "Fraction (0..1) of a model's KV capacity (slots x context) that its running generations hold.");
+        for (size_t i = 0; i < n_models; i++) {
+            sy_buf_puts(&b, "switchyard_kv_cache_usage_ratio{model=\"");
+            put_label(&b, models[i].name ? models[i].name : "");
+            sy_buf_printf(&b, "\"} %.6f\n", kv_ratio(models[i].sched.kv_tokens, models[i].sched.kv_capacity_tokens));
+        }
+        render_load_signals(&b, models, n_models);
     }
     render_snapshot_counters(&b);
     if (len != NULL) *len = b.len;

@@ -52,6 +52,14 @@ sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_m
     return c;
 }
 
+void sy_api_drain(sy_api_context *c, unsigned retry_after_s) {
+    if (c != NULL && sy_api_server(c) != NULL) sy_server_drain(sy_api_server(c), retry_after_s);
+}
+
+unsigned sy_api_in_flight(sy_api_context *c) {
+    return c != NULL && sy_api_server(c) != NULL ? sy_server_in_flight(sy_api_server(c)) : 0;
+}
+
 void sy_api_stop(sy_api_context *c) {
     if (c == NULL) return;
     sy_server_stop(sy_api_server(c));

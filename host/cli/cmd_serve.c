@@ -1,8 +1,10 @@
 /* switchyard serve: the HTTP server with the OpenAI and Ollama APIs over the configured models.
  *
  * Signals are blocked in every thread and taken by the main thread with sigtimedwait, which also paces the once-a-
- * second chores (idle unloading, --watch-config): SIGINT/SIGTERM stop cleanly (a second one kills at once),
- * SIGHUP reloads the config. */
+ * second chores (idle unloading, --watch-config). SIGHUP reloads the config. SIGINT/SIGTERM stop cleanly, in the
+ * order a Kubernetes pod needs (docs/deploy.md): drain (/health says "draining", new work gets 503 with
+ * Retry-After, what runs finishes, for up to drain_timeout; a second signal cuts it short), cut what is left,
+ * write the KV snapshots, exit. A signal during the last part kills at once. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -25,6 +27,9 @@
 #include "manager/model_manager.h"
 #include "base/util.h"
 
+/* What a client refused while draining is told to wait before it retries (it lands on another replica). */
+#define SY_SERVE_RETRY_AFTER_S 1u
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: switchyard serve --config FILE [options]\n\n"
@@ -40,6 +45,8 @@ static void usage(FILE *out) {
             "  --watch-config          reload the config when its file changes (checked once a second);\n"
             "                          SIGHUP always reloads it\n"
             "  --log-level LEVEL       error, warn, info or debug (default: [host] log_level, else info)\n"
+            "  --drain-timeout SECONDS at SIGTERM/SIGINT, let work in flight finish for up to this long while new\n"
+            "                          work gets 503 + Retry-After, then cut it (default: [host] drain_timeout, 0)\n"
             "KV snapshots (warm slots are saved to the resume path at unload and shutdown; see\n"
             "docs/snapshot-format.md):\n"
             "  --resume                restore the warm KV snapshots in the resume path when models load\n"
@@ -50,7 +57,7 @@ static void usage(FILE *out) {
 
 enum {
     OPT_CONFIG = 1000, OPT_LISTEN, OPT_PLUGIN_DIR, OPT_WATCH, OPT_RESUME, OPT_RESUME_PATH, OPT_RESUME_NO_HOST_CACHE,
-    OPT_LOG_LEVEL
+    OPT_LOG_LEVEL, OPT_DRAIN_TIMEOUT
 };
 
 typedef struct serve_state {
@@ -60,6 +67,7 @@ typedef struct serve_state {
     bool resume;
     bool resume_no_host_cache;
     bool log_level_given;
+    long drain_timeout_override; /* -1: the config's */
     char listen[300];          /* the address in effect */
     sy_model_manager *mm;
     sy_api_context *api;
@@ -77,6 +85,7 @@ static void apply_overrides(const serve_state *st, sy_config *cfg) {
         cfg->host.resume_path = sy_strdup(st->resume_path_override);
     }
     if (!st->log_level_given && cfg->host.log_level_set) sy_log_set_level(cfg->host.log_level);
+    if (st->drain_timeout_override >= 0) cfg->host.drain_timeout_s = (uint32_t)st->drain_timeout_override;
 }
 
 static bool stat_changed(const struct stat *a, const struct stat *b) {
@@ -127,11 +136,13 @@ int sy_cmd_serve(int argc, char **argv) {
         {"resume-path", required_argument, NULL, OPT_RESUME_PATH},
         {"resume-no-host-cache", no_argument, NULL, OPT_RESUME_NO_HOST_CACHE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     serve_state st;
     memset(&st, 0, sizeof st);
+    st.drain_timeout_override = -1;
     const char *plugin_dir = NULL;
     bool watch = false;
     sy_log_level level = SY_LOG_INFO;
@@ -153,6 +164,15 @@ int sy_cmd_serve(int argc, char **argv) {
             }
             st.log_level_given = true;
             break;
+        case OPT_DRAIN_TIMEOUT: {
+            uint64_t v;
+            if (sy_parse_u64(optarg, 3600, &v) != 0) {
+                sy_cli_error("serve", "--drain-timeout: '%s' is not a number of seconds from 0 to 3600", optarg);
+                return 2;
+            }
+            st.drain_timeout_override = (long)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -263,22 +283,41 @@ int sy_cmd_serve(int argc, char **argv) {
         }
     }
 
-    fprintf(stderr, "switchyard: %s: stopping (in-flight generations are cancelled)\n",
-            stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
-    /* A second signal ends the process at once, should the clean stop hang. */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    sigset_t stop_set;
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGINT);
-    sigaddset(&stop_set, SIGTERM);
-    pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL);
-
+    /* The stop, timed for docs/deploy.md: drain, cut, snapshots. */
+    const char *signame = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    double t_stop = sy_now_seconds();
+    const sy_config *running = sy_api_config_acquire(st.api);
+    uint32_t drain_s = running->host.drain_timeout_s;
+    sy_api_config_release(st.api, running);
+    unsigned in_flight = sy_api_in_flight(st.api);
+    if (drain_s > 0) {
+        sy_api_drain(st.api, SY_SERVE_RETRY_AFTER_S);
+        fprintf(stderr, "switchyard: %s: draining (%u request(s) in flight, up to %u s; new work gets 503)\n",
+                signame, in_flight, (unsigned)drain_s);
+        fflush(stderr);
+        double deadline = t_stop + drain_s;
+        while ((in_flight = sy_api_in_flight(st.api)) > 0 && sy_now_seconds() < deadline) {
+            struct timespec tick = {0, 50 * 1000 * 1000};
+            int sig = sigtimedwait(&signals, NULL, &tick);
+            if (sig == SIGINT || sig == SIGTERM) {
+                fprintf(stderr, "switchyard: a second signal: the drain is cut short\n");
+                break;
+            }
+        }
+        in_flight = sy_api_in_flight(st.api);
+        fprintf(stderr, "switchyard: drained in %.2f s (%u request(s) left to cut)\n", sy_now_seconds() - t_stop,
+                in_flight);
+    }
+    fprintf(stderr, "switchyard: %s: stopping (%u in-flight generation(s) cancelled; KV snapshots are written)\n",
+            signame, in_flight);
     sy_api_stop(st.api);
+    double t_cut = sy_now_seconds();
     if (preloading) pthread_join(preloader, NULL);
-    sy_model_manager_destroy(st.mm);
+    sy_model_manager_destroy(st.mm); /* saves every loaded model's warm KV */
+    double t_saved = sy_now_seconds();
     sy_metrics_free(metrics);
     sy_plugin_registry_close(&reg);
-    fprintf(stderr, "switchyard: stopped\n");
+    fprintf(stderr, "switchyard: stopped in %.2f s (drain and cut %.2f s, snapshots and unload %.2f s)\n",
+            sy_now_seconds() - t_stop, t_cut - t_stop, t_saved - t_cut);
     return 0;
 }

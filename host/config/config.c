@@ -62,6 +62,7 @@ static const key_spec host_keys[] = {
     {"resume_path", V_PATH, HOST_FIELD(resume_path), 0, 0},
     {"resume", V_BOOL, HOST_FIELD(resume), 0, 0},
     {"resume_no_host_cache", V_BOOL, HOST_FIELD(resume_no_host_cache), 0, 0},
+    {"drain_timeout", V_SECONDS, HOST_FIELD(drain_timeout_s), 0, 3600},
     {"slot_save_path", V_PATH, HOST_FIELD(slot_save_path), 0, 0},
     {"max_memory", V_SIZE, HOST_FIELD(max_memory), 0, (uint64_t)1 << 50},
     {"max_device_memory", V_SIZE, HOST_FIELD(max_device_memory), 0, (uint64_t)1 << 50},

@@ -54,6 +54,7 @@ typedef struct sy_config_host {
     char *resume_path;         /* default ~/.local/state/switchyard/resume (NULL when HOME is unset) */
     bool resume;               /* restore the snapshots in resume_path at start */
     bool resume_no_host_cache; /* restore into the slots only, not into the host prefix cache */
+    uint32_t drain_timeout_s;  /* at a stop, how long work in flight may finish before it is cut; default 0 */
     char *slot_save_path;      /* NULL: the slot save/restore API is off */
     uint64_t max_memory;       /* bytes all loaded models may use together; 0: no limit */
     uint64_t max_device_memory; /* accelerator bytes all loaded models may use together; 0: no limit */

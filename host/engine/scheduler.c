@@ -1256,6 +1256,11 @@ static void step_part(sy_scheduler *s, uint32_t first, uint32_t n_items, bool sa
     pthread_mutex_lock(&s->lock);
     s->stats.decode_calls++;
     if (n_items > s->stats.max_batch_items) s->stats.max_batch_items = n_items;
+    /* The KV the running generations hold, for /metrics (KV-cache utilization); the loop thread owns n_tokens. */
+    uint64_t kv_tokens = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].gen != NULL) kv_tokens += s->slots[i].n_tokens;
+    s->stats.kv_tokens = kv_tokens;
     for (uint32_t k = 0; k < n_items; k++) slots[k]->gen->in_batch = false; /* before a finish drops the gen */
     bool stopping = s->stopping;
     pthread_mutex_unlock(&s->lock);
@@ -1490,6 +1495,8 @@ void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out) {
     *out = s->stats;
     out->slots_busy = s->n_busy;
     out->queue_depth = s->n_queued;
+    if (s->n_busy == 0) out->kv_tokens = 0;
+    out->kv_capacity_tokens = (uint64_t)s->n_slots * s->n_ctx;
     pthread_mutex_unlock(&s->lock);
 }
 

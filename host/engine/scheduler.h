@@ -155,6 +155,8 @@ typedef struct sy_scheduler_stats {
     uint64_t accepted_tokens;    /* of those, accepted */
     uint64_t constrained_tokens; /* tokens chosen under a grammar */
     uint64_t constraint_ns;      /* engine-loop time spent on grammars: masks, masking rows, accepts, draft checks */
+    uint64_t kv_tokens;          /* tokens the busy slots hold in the KV (as of the last step; 0 when none is busy) */
+    uint64_t kv_capacity_tokens; /* slots x context: what kv_tokens is a fraction of */
 } sy_scheduler_stats;
 void sy_scheduler_get_stats(sy_scheduler *s, sy_scheduler_stats *out);
 /* True when no slot is busy and nothing is queued. */

@@ -63,6 +63,9 @@ struct sy_server {
     track_entry *tracked;
     uint64_t next_track;
     atomic_bool stopping;
+    atomic_bool draining;       /* new work refused with 503 + Retry-After; what runs goes on */
+    atomic_uint retry_after_s;
+    atomic_uint in_handlers;    /* requests inside a route handler now (waiting for a model load, say) */
 };
 
 struct sy_http_request {
@@ -220,6 +223,21 @@ void sy_server_untrack(sy_server *s, uint64_t handle) {
 }
 
 bool sy_server_stopping(const sy_server *s) { return atomic_load(&((sy_server *)s)->stopping); }
+bool sy_server_draining(const sy_server *s) { return atomic_load(&((sy_server *)s)->draining); }
+
+void sy_server_drain(sy_server *s, unsigned retry_after_s) {
+    atomic_store(&s->retry_after_s, retry_after_s);
+    atomic_store(&s->draining, true);
+}
+
+unsigned sy_server_in_flight(sy_server *s) {
+    pthread_mutex_lock(&s->lock);
+    unsigned n = 0;
+    for (const track_entry *t = s->tracked; t; t = t->next) n++;
+    pthread_mutex_unlock(&s->lock);
+    unsigned handlers = atomic_load(&s->in_handlers);
+    return n > handlers ? n : handlers; /* a stream is tracked inside its handler: the larger, not the sum */
+}
 const char *sy_server_url(const sy_server *s) { return s->url; }
 uint16_t sy_server_port(const sy_server *s) { return s->port; }
 
@@ -513,7 +531,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->route = find_route(r);
         if (r->route == NULL) return MHD_YES;
         if (atomic_load(&s->stopping)) {
-            sy_http_respond_error(r, 503, "server_stopping", NULL, "the server is shutting down");
+            respond_error_with_header(r, 503, "server_stopping", NULL, "Retry-After", "1",
+                                      "the server is shutting down");
+            return MHD_YES;
+        }
+        /* Draining (a stop has begun): no new work, so every POST of a guarded route is refused and the client
+         * retries elsewhere; reads (GET: /health, /metrics, /v1/models) are still answered. */
+        if (atomic_load(&s->draining) && !r->route->open && strcmp(r->method, "POST") == 0) {
+            char after[16];
+            snprintf(after, sizeof after, "%u", atomic_load(&s->retry_after_s));
+            respond_error_with_header(r, 503, "server_draining", NULL, "Retry-After", after,
+                                      "the server is draining before a stop; retry on another replica");
             return MHD_YES;
         }
         char msg[200];
@@ -553,7 +581,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                               (unsigned long long)s->max_body);
         return MHD_YES;
     }
+    atomic_fetch_add(&s->in_handlers, 1);
     r->route->handler(r);
+    atomic_fetch_sub(&s->in_handlers, 1);
     if (!r->responded) sy_http_respond_error(r, 500, "internal_error", NULL, "the handler gave no response");
     return MHD_YES;
 }
@@ -611,6 +641,9 @@ sy_server *sy_server_start(const sy_server_options *opts, char *err, size_t err_
     unsigned max_conn = (opts->max_connections) ? opts->max_connections : SY_SERVER_DEFAULT_MAX_CONNECTIONS;
     pthread_mutex_init(&s->lock, NULL);
     atomic_init(&s->stopping, false);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->retry_after_s, 1);
+    atomic_init(&s->in_handlers, 0);
     snprintf(s->url, sizeof s->url, v6 ? "http://[%s]:%u" : "http://%s:%u", host, (unsigned)bound);
 
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |

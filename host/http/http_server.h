@@ -2,7 +2,8 @@
  * The HTTP transport of `switchyard serve`, on libmicrohttpd: one thread per connection (a handler may block
  * while its model loads or its generation streams), bounded request bodies (413), an idle timeout for
  * connections that are not generating, CORS (every response allows any origin; OPTIONS preflights get 204), and
- * a clean stop that stops accepting, cancels the work in flight and waits for its connections to finish.
+ * a clean stop that first drains (new work refused with 503 + Retry-After while what runs finishes), then stops
+ * accepting, cancels the work still in flight and waits for its connections to finish.
  *
  * It knows nothing of models or APIs: the caller gives it a route table, an opaque app pointer that handlers
  * read back (sy_http_app), an authorisation hook for routes that are not open, and a hook that sees every
@@ -71,6 +72,13 @@ const char *sy_server_url(const sy_server *s);
 uint16_t sy_server_port(const sy_server *s);
 /* Stop accepting, cancel the generations in flight, wait for every connection to end, free. */
 void sy_server_stop(sy_server *s);
+
+/* Begin draining, the first part of a stop: the server goes on listening and answering, the work in flight goes
+ * on, but every new POST to a guarded route gets 503 "server_draining" with Retry-After: retry_after_s. */
+void sy_server_drain(sy_server *s, unsigned retry_after_s);
+bool sy_server_draining(const sy_server *s);
+/* Requests in flight: inside a handler (a model load, say) or streaming tracked work; 0 once drained. */
+unsigned sy_server_in_flight(sy_server *s);
 
 /* For handlers. */
 bool sy_server_stopping(const sy_server *s);

@@ -107,6 +107,7 @@ struct sy_model_manager {
     char *resume_path; /* NULL: no snapshots */
     bool resume, resume_no_host_cache;
     uint64_t resume_max_bytes; /* each model's snapshot folder; 0: the store's default */
+    sy_preload_state preload_state; /* the start's preload (/health: readiness) */
 };
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -600,6 +601,9 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->resume = cfg->host.resume;
     mm->resume_no_host_cache = cfg->host.resume_no_host_cache;
     mm->resume_max_bytes = cfg->host.resume_max_bytes;
+    mm->preload_state = SY_PRELOAD_DONE;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (cfg->models[i].preload) mm->preload_state = SY_PRELOAD_PENDING;
     return mm;
 }
 
@@ -986,7 +990,18 @@ int sy_model_manager_preload(sy_model_manager *mm) {
         free(names[i]);
     }
     free(names);
+    pthread_mutex_lock(&mm->lock);
+    mm->preload_state = failed > 0 ? SY_PRELOAD_FAILED : SY_PRELOAD_DONE;
+    pthread_mutex_unlock(&mm->lock);
     return failed;
+}
+
+sy_preload_state sy_model_manager_preload_state(sy_model_manager *mm) {
+    if (mm == NULL) return SY_PRELOAD_DONE;
+    pthread_mutex_lock(&mm->lock);
+    sy_preload_state st = mm->preload_state;
+    pthread_mutex_unlock(&mm->lock);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------------------

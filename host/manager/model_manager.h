@@ -34,6 +34,11 @@ void sy_model_manager_destroy(sy_model_manager *mm);
 
 /* Load the models marked `preload`. Returns the number that failed (each logged). */
 int sy_model_manager_preload(sy_model_manager *mm);
+/* Where the start's preload is: PENDING from create (when a model is marked preload) until
+ * sy_model_manager_preload has run, then DONE, or FAILED when a preload model did not load. /health's
+ * readiness is this. */
+typedef enum sy_preload_state { SY_PRELOAD_PENDING = 0, SY_PRELOAD_DONE, SY_PRELOAD_FAILED } sy_preload_state;
+sy_preload_state sy_model_manager_preload_state(sy_model_manager *mm);
 
 /* A lease on a loaded model. NULL with err and *http_status set: 404 unknown model (err names the models
  * offered), 503 load failed or timed out, 429 its queue is full. */

@@ -23,6 +23,7 @@ static const te_key_spec te_keys[] = {
     {"n_layer", TE_KEY_FILE_ONLY, 1, 64, offsetof(te_config, n_layer)},
     {"n_ctx_train", TE_KEY_FILE_ONLY, 1, 1048576, offsetof(te_config, n_ctx_train)},
     {"add_bos", TE_KEY_FILE_ONLY, 0, 1, offsetof(te_config, add_bos)},
+    {"load_delay_ms", TE_KEY_FILE_ONLY, 0, 60000, offsetof(te_config, load_delay_ms)},
     {"n_ctx", TE_KEY_LOADABLE, 1, 1048576, offsetof(te_config, n_ctx)},
     {"recurrent", TE_KEY_LOADABLE, 0, 1, offsetof(te_config, recurrent)},
     {"history", TE_KEY_LOADABLE, 16, 65536, offsetof(te_config, history)},

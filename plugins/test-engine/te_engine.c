@@ -163,6 +163,11 @@ static sy_status te_load(const char *path, const sy_option *options, size_t n_op
         free(model);
         return st;
     }
+    if (cfg.load_delay_ms > 0) {
+        struct timespec delay = {(time_t)(cfg.load_delay_ms / 1000), (long)(cfg.load_delay_ms % 1000) * 1000000L};
+        while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
+        }
+    }
     atomic_store(&model->resident_bytes, te_resident_at_load(&cfg));
     te_log(SY_LOG_INFO, "loaded %s: n_ctx=%u n_vocab=%u n_layer=%u recurrent=%u", path, (unsigned)cfg.n_ctx,
            (unsigned)cfg.n_vocab, (unsigned)cfg.n_layer, (unsigned)cfg.recurrent);

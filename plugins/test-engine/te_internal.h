@@ -12,6 +12,7 @@
  * Keys, all decimal. The model's identity, from the file only:
  *   name=test-model   seed=0   n_vocab=264 (261..65536; ids from 261 are unused fillers)
  *   n_layer=2 (KV rows per position, 1..64)   n_ctx_train=n_ctx (reported only)   add_bos=1
+ *   load_delay_ms=0 (0..60000: a load sleeps this long, as a big model's would; for probe and readiness tests)
  * From the file, overridable by load options ("ctx_size", the host's spelling, is accepted for n_ctx):
  *   n_ctx=4096         most tokens per sequence (1..1048576)
  *   recurrent=0        1 adds a recurrent state
@@ -83,6 +84,7 @@ typedef struct te_config {
     uint32_t max_decode_tokens; /* 0 = no limit */
     uint32_t add_bos;       /* 0 or 1 */
     uint32_t device_mb;     /* accelerator memory it claims to hold (none is allocated), for the host's budgets */
+    uint32_t load_delay_ms; /* sleep in load, to imitate the weights of a big model coming off a volume */
 } te_config;
 
 /* Defaults, then the file's key=value lines. Returns SY_OK or an error with te_fail()'s message. */
