@@ -12,7 +12,6 @@ Usage: validate_manifests.py --source-dir SRC [--switchyard EXE --plugin-dir DIR
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
