@@ -467,6 +467,28 @@ static void test_listen(void **state) {
     }
 }
 
+/* [host] drain_timeout: the stop's drain (docs/deploy.md); 0, the default, cuts at once. */
+static void test_drain_timeout(void **state) {
+    (void)state;
+    sy_config *cfg = parse("[host]\ndrain_timeout = 45s\n");
+    assert_clean(cfg);
+    assert_int_equal(cfg->host.drain_timeout_s, 45);
+    sy_config_free(cfg);
+    cfg = parse("[host]\ndrain_timeout = 1h\n");
+    assert_clean(cfg);
+    assert_int_equal(cfg->host.drain_timeout_s, 3600);
+    sy_config_free(cfg);
+    cfg = parse("[host]\nlisten = 127.0.0.1:1\n");
+    assert_int_equal(cfg->host.drain_timeout_s, 0);
+    sy_config_free(cfg);
+    cfg = parse("[host]\ndrain_timeout = 2h\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] drain_timeout: '2h' is out of range (0..3600 seconds)");
+    sy_config_free(cfg);
+    cfg = parse("[host]\ndrain_timeout = soon\n");
+    assert_single_error(cfg, "cfg.ini:2: [host] drain_timeout: 'soon' is not a number of seconds");
+    sy_config_free(cfg);
+}
+
 static void test_log_level(void **state) {
     (void)state;
     sy_config *cfg = parse("[host]\nlog_level = loud\n");
@@ -1086,6 +1108,7 @@ int main(void) {
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_listen),
         cmocka_unit_test(test_log_level),
+        cmocka_unit_test(test_drain_timeout),
         cmocka_unit_test(test_missing_required_keys),
         cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_alias_resolution),

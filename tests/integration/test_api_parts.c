@@ -315,8 +315,50 @@ static void test_metrics_text(void **state) {
     sy_metrics_free(m);
 }
 
+/* The load signals the Gateway API Inference Extension's endpoint picker reads: one series each for the pod, summed
+ * over the models; KV-cache utilization is the running generations' tokens over every loaded model's capacity. */
+static void test_metrics_load_signals(void **state) {
+    (void)state;
+    sy_metrics *m = sy_metrics_create();
+    sy_model_status models[3];
+    memset(models, 0, sizeof models);
+    models[0].name = "a";
+    models[0].state = SY_MODEL_READY;
+    models[0].sched.queue_depth = 3;
+    models[0].sched.slots_busy = 2;
+    models[0].sched.kv_tokens = 1000;
+    models[0].sched.kv_capacity_tokens = 4000;
+    models[1].name = "b";
+    models[1].state = SY_MODEL_READY;
+    models[1].sched.queue_depth = 1;
+    models[1].sched.slots_busy = 1;
+    models[1].sched.kv_tokens = 0;
+    models[1].sched.kv_capacity_tokens = 4000;
+    models[2].name = "c"; /* unloaded: no capacity, no load */
+    char *text = sy_metrics_render(m, models, 3, NULL, NULL);
+    static const char *const lines[] = {
+        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 4\n",
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n",
+        "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.125000\n",
+        "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.125000\n",
+        "switchyard_kv_cache_usage_ratio{model=\"a\"} 0.250000\n",
+        "switchyard_kv_cache_usage_ratio{model=\"b\"} 0.000000\n",
+        "switchyard_kv_cache_usage_ratio{model=\"c\"} 0.000000\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        if (strstr(text, lines[i]) == NULL) fail_msg("missing: %s\n--- in:\n%s", lines[i], text);
+    free(text);
+    /* Nothing loaded: 0, not a division by zero. */
+    text = sy_metrics_render(m, models + 2, 1, NULL, NULL);
+    assert_non_null(strstr(text, "vllm:kv_cache_usage_perc 0.000000\n"));
+    assert_non_null(strstr(text, "vllm:num_requests_waiting 0\n"));
+    free(text);
+    sy_metrics_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metrics_load_signals),
         cmocka_unit_test(test_listen_address), cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_buf),            cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_messages),       cmocka_unit_test(test_metrics_text),

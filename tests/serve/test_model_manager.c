@@ -553,7 +553,9 @@ static void preload_and_load_failure(void **state) {
     (void)state;
     sy_model_manager *mm = manager_of(HOST MODEL("p", "a.txt") "preload = true\ngroup = g\n"
                                           MODEL("bad", "bad.txt") "group = g\n" RELOAD_GROUP);
+    assert_int_equal(sy_model_manager_preload_state(mm), SY_PRELOAD_PENDING); /* /health: not ready yet */
     assert_int_equal(sy_model_manager_preload(mm), 0);
+    assert_int_equal(sy_model_manager_preload_state(mm), SY_PRELOAD_DONE);
     assert_int_equal(state_of(mm, "p"), SY_MODEL_READY);
     for (int attempt = 1; attempt <= 2; attempt++) {
         char err[512] = "";
@@ -567,6 +569,16 @@ static void preload_and_load_failure(void **state) {
         assert_int_equal(cnt.load_failures, (uint64_t)attempt);
     }
     assert_int_equal(state_of(mm, "p"), SY_MODEL_READY);
+    assert_int_equal(sy_model_manager_preload_state(mm), SY_PRELOAD_DONE); /* later failures do not change it */
+    sy_model_manager_destroy(mm);
+
+    /* A preload model that fails keeps the server unready; one without preload models is ready at once. */
+    mm = manager_of(HOST MODEL("bad", "bad.txt") "preload = true\n");
+    assert_int_equal(sy_model_manager_preload(mm), 1);
+    assert_int_equal(sy_model_manager_preload_state(mm), SY_PRELOAD_FAILED);
+    sy_model_manager_destroy(mm);
+    mm = manager_of(HOST MODEL("p", "a.txt"));
+    assert_int_equal(sy_model_manager_preload_state(mm), SY_PRELOAD_DONE);
     sy_model_manager_destroy(mm);
 }
 
