@@ -308,8 +308,16 @@ int sy_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "switchyard: drained in %.2f s (%u request(s) left to cut)\n", sy_now_seconds() - t_stop,
                 in_flight);
     }
-    fprintf(stderr, "switchyard: %s: stopping (%u in-flight generation(s) cancelled; KV snapshots are written)\n",
+    fprintf(stderr, "switchyard: %s: stopping (%u request(s) in flight are cut; KV snapshots are written)\n",
             signame, in_flight);
+    /* From here a signal ends the process at once, should the clean stop hang. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL);
     sy_api_stop(st.api);
     double t_cut = sy_now_seconds();
     if (preloading) pthread_join(preloader, NULL);
