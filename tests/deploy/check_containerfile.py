@@ -29,6 +29,8 @@ import yaml
 RESUME_PATH = "/var/lib/switchyard/resume"
 MODELS_PATH = "/models"
 SYSTEM_PACKAGES = {"libc6", "libgcc-s1"}  # in every Debian image
+# A sanitizer build (build-asan) links these; the image is a Release build, which does not.
+SANITIZER_RUNTIME = re.compile(r"^lib(asan|ubsan|tsan|lsan)\d*$")
 
 
 def instructions(text):
@@ -221,7 +223,8 @@ def main():
             if pkg is None:
                 print(f"FAIL: no Debian package provides {lib} (linked by {b})")
                 return 1
-            need.add(pkg)
+            if not SANITIZER_RUNTIME.match(pkg):
+                need.add(pkg)
 
     if args.self_test:
         failures = 0
@@ -264,10 +267,12 @@ def main():
         failures += 1
     else:
         print("ok: hadolint finds nothing in deploy/Containerfile")
-    for p in check_text(text, args.source_dir, args.build_dir, values, need):
+    problems = check_text(text, args.source_dir, args.build_dir, values, need)
+    for p in problems:
         print(f"FAIL: deploy/Containerfile: {p}")
         failures += 1
-    print(f"ok: the runtime stage installs the packages of every linked library: {sorted(need - SYSTEM_PACKAGES)}")
+    if not problems:
+        print(f"ok: the runtime stage installs the packages of every linked library: {sorted(need - SYSTEM_PACKAGES)}")
     for p in check_default_config(args):
         print(f"FAIL: {p}")
         failures += 1
