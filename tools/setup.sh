@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libinih-dev libzstd-dev libmicrohttpd-dev libcjson-dev
-          libpcre2-dev libutf8proc-dev libxxhash-dev zstd)
+          libpcre2-dev libutf8proc-dev libxxhash-dev libcurl4-openssl-dev libyaml-dev zstd)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(libcmocka-dev clang libclang-rt-14-dev python3 python3-venv curl)
 fi

@@ -3,6 +3,7 @@
 #include "api/admin.h"
 #include "api/ollama.h"
 #include "api/openai.h"
+#include "api/proxy.h"
 #include "api/slots.h"
 
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
@@ -28,6 +29,10 @@ static const sy_http_route routes[] = {
     {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
     {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
     {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
+    /* llama-swap's: a process or peer model's own server, and the captured logs. */
+    {GET | POST, "/upstream/", true, "/upstream/{model}", OPENAI, false, sy_api_upstream},
+    {GET, "/logs", false, "/logs", OPENAI, false, sy_api_logs},
+    {GET, "/logs/stream", false, "/logs/stream", OPENAI, false, sy_api_logs_stream},
 };
 
 const sy_http_route *sy_api_routes(size_t *n) {
@@ -43,6 +48,7 @@ sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_m
     o.app = c;
     o.authorize = sy_api_check_key;
     o.on_done = sy_api_request_done;
+    o.intercept = sy_api_proxy_intercept; /* models that are processes or peers */
     sy_server *server = sy_server_start(&o, err, err_size);
     if (server == NULL) {
         sy_api_context_free(c);
