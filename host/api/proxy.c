@@ -210,6 +210,13 @@ static void forward(sy_http_request *r, const upstream_target *t, const char *pa
     size_t in_len = 0;
     const char *in = sy_http_body(r, &in_len);
     char why[256];
+    /* Multipart forms (audio) go as they came: the filters apply to JSON bodies. */
+    const char *in_type = sy_http_header(r, "Content-Type");
+    upstream_target as_is = *t;
+    if (in_type != NULL && strncasecmp(in_type, "multipart/", 10) == 0) {
+        as_is.send_model = NULL, as_is.n_strip = 0, as_is.set_params = NULL;
+        t = &as_is;
+    }
     c->body = rewrite_body(in, in_len, t, &c->body_len, why, sizeof why);
     if (c->body == NULL) {
         call_free(c);
@@ -430,6 +437,27 @@ bool sy_api_proxy_intercept(void *app, sy_http_request *r) {
     if (handled) forward_model(r, cfg, cm, model, path, true);
     sy_api_config_release(ctx, cfg);
     return handled; /* Ollama routes: sy_api_acquire refuses upstream models, naming why */
+}
+
+void sy_api_proxy_only(sy_http_request *r) {
+    char model[SY_CONFIG_MAX_NAME_LEN + 1];
+    if (!requested_model(r, model, sizeof model)) {
+        sy_http_respond_error(r, 400, "missing_model", "model", "model is required: name a process or peer model");
+        return;
+    }
+    char shown[160];
+    sy_utf8_sanitize(shown, sizeof shown, model, strlen(model));
+    sy_api_context *ctx = sy_api_ctx(r);
+    const sy_config *cfg = sy_api_config_acquire(ctx);
+    bool known = sy_config_find_model(cfg, model) != NULL;
+    sy_api_config_release(ctx, cfg);
+    if (!known)
+        sy_http_respond_error(r, 404, "model_not_found", "model", "model '%s' is not configured", shown);
+    else
+        sy_http_respond_error(r, 400, "model_not_supported", "model",
+                              "%s is forwarded to process and peer models only; model '%s' runs on switchyard's own "
+                              "engines, which do not serve it",
+                              sy_http_path(r), shown);
 }
 
 /* /upstream/{model}/{rest}: anything of the model's own server, unchanged (its UI, /props, /slots, ...). */

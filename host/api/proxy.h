@@ -16,6 +16,8 @@
 /* The server's intercept hook: true when r named a process or peer model and has been answered. */
 bool sy_api_proxy_intercept(void *app, sy_http_request *r);
 void sy_api_upstream(sy_http_request *r);
+/* For OpenAI routes that only upstream models serve: reached when the request's model is not one of them. */
+void sy_api_proxy_only(sy_http_request *r);
 void sy_api_logs(sy_http_request *r);
 void sy_api_logs_stream(sy_http_request *r);
 

@@ -33,6 +33,14 @@ static const sy_http_route routes[] = {
     {GET | POST, "/upstream/", true, "/upstream/{model}", OPENAI, false, sy_api_upstream},
     {GET, "/logs", false, "/logs", OPENAI, false, sy_api_logs},
     {GET, "/logs/stream", false, "/logs/stream", OPENAI, false, sy_api_logs_stream},
+    /* OpenAI routes only upstreams answer here (the intercept forwards them); last, so that a route of our own
+     * engines for the same path, listed above, wins. */
+    {POST, "/v1/embeddings", false, "/v1/embeddings", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/audio/", true, "/v1/audio/{op}", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/rerank", false, "/v1/rerank", OPENAI, false, sy_api_proxy_only},
+    {POST, "/rerank", false, "/rerank", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/responses", false, "/v1/responses", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/images/generations", false, "/v1/images/generations", OPENAI, false, sy_api_proxy_only},
 };
 
 const sy_http_route *sy_api_routes(size_t *n) {

@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Integration test of models that are processes and of peers (llama-swap parity), with real upstream processes.
+
+switchyard starts fake_upstream.py (a small OpenAI-compatible server) as a `cmd` model. Checked: a swap between a
+plugin model and a process model of one group; SSE bytes through switchyard identical to a direct connection;
+kill -9 of the upstream mid-stream gives the client a clean error event and the next request starts it again;
+SIGKILL of switchyard leaves no child alive; a peer served through a second switchyard (with its API key); the
+Ollama API refuses process models naming why; /upstream, /logs and /running.
+Every check can fail; the exit status is the number of failed checks.
+
+Usage: test_upstream.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+ARGS = None
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise CheckFailed(message)
+
+
+def free_port_block(n=4):
+    """A port p with p..p+n-1 free (as far as a bind can tell)."""
+    for _ in range(50):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p + n > 65535:
+            continue
+        ok = True
+        for k in range(n):
+            t = socket.socket()
+            try:
+                t.bind(("127.0.0.1", p + k))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+        if ok:
+            return p
+    raise CheckFailed("no block of free ports")
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie of someone else's counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+class Server:
+    def __init__(self, name, config_text):
+        self.name = name
+        self.dir = os.path.join(ARGS.work_dir, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.config_path = os.path.join(self.dir, "serve.ini")
+        with open(self.config_path, "w") as f:
+            f.write(config_text)
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.log = open(self.log_path, "wb")
+        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
+               "--plugin-dir", ARGS.plugin_dir, "--resume-path", os.path.join(self.dir, "resume")]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            self.proc.kill()
+            raise CheckFailed(f"server {name} did not start; its log:\n{self.log_text()}")
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def request(self, method, path, body=None, headers=None, port=None):
+        """(status, headers dict, raw body bytes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=60)
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        raw = resp.read()
+        conn.close()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
+
+    def json(self, method, path, body=None, headers=None):
+        status, _, raw = self.request(method, path, body, headers)
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+    def stop(self, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise CheckFailed(f"server {self.name} did not stop within {timeout} s")
+        finally:
+            self.log.close()
+        check(rc == 0, f"server {self.name} exited with status {rc}; its log:\n{self.log_text()[-3000:]}")
+
+
+def fake_cmd(extra=""):
+    py = sys.executable
+    script = os.path.join(ARGS.source_dir, "tests", "integration", "fake_upstream.py")
+    return f"{py} {script} --port ${{PORT}} --name ${{MODEL_ID}} {extra}".strip()
+
+
+def process_section(name, group, extra_args="", extra=""):
+    pid_file = os.path.join(ARGS.work_dir, f"{name}.pid")
+    return (f"[model.{name}]\ncmd = ${{FAKE}} --port ${{PORT}} --name ${{MODEL_ID}}\n"
+            f"  --pid-file {pid_file} {extra_args}\n"
+            f"group = {group}\nmemory = 256M\nenv = FAKE_TAG=a,b, OTHER=1\n{extra}\n")
+
+
+def pid_of(name):
+    with open(os.path.join(ARGS.work_dir, f"{name}.pid")) as f:
+        return int(f.read().strip())
+
+
+def macros():
+    py = sys.executable
+    script = os.path.join(ARGS.source_dir, "tests", "integration", "fake_upstream.py")
+    return f"[macros]\nFAKE = {py} {script}\n\n"
+
+
+def chat(stream, content="hello there", model="proc", **extra):
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def dechunked_sse(port, path, body):
+    """The raw body bytes of a streamed POST (http.client removes the chunked framing)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, resp.getheader("Content-Type"), data
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def t_swap_and_proxy(_):
+    start = free_port_block()
+    fixture = os.path.join(ARGS.source_dir, "tests", "fixtures", "test-engine", "alpha.model")
+    cfg = (f"[host]\nstart_port = {start}\n\n" + macros()
+           + process_section("proc", "g", extra="use_model_name = upstream-name\nname = Fake one\n"
+                             "description = a fake upstream\nmetadata = {\"port\": \"x\"}\n")
+           + f"[model.alpha]\nplugin = test-engine\npath = {fixture}\ngroup = g\nengine.eos_one_in = 0\n\n"
+           + process_section("hidden", "other", extra="unlisted = true\n")
+           + "[group.g]\nswap = true\nexclusive = false\n\n[group.other]\nexclusive = false\n")
+    srv = Server("swap", cfg)
+    try:
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False))
+        check(st == 200, f"process model chat: {st} {body}")
+        check(body["choices"][0]["message"]["content"] == "proc says: hello there (done)", f"reply {body}")
+        check(body["received"]["model"] == "upstream-name", f"use_model_name not applied: {body['received']}")
+        check(body["received"]["messages"] == chat(False)["messages"], "messages changed on the way")
+        st, run = srv.json("GET", "/running")
+        check(st == 200 and [m["model"] for m in run["running"]] == ["proc"], f"/running: {run}")
+        # The swap: alpha (a plugin model of the same group) unloads proc, and proc comes back after.
+        pid1 = pid_of("proc")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, model="alpha", max_tokens=4))
+        check(st == 200, f"plugin model chat: {st} {body}")
+        deadline = time.time() + 10
+        while alive(pid1) and time.time() < deadline:
+            time.sleep(0.05)
+        check(not alive(pid1), "the process model's child still runs after the swap to alpha")
+        st, run = srv.json("GET", "/running")
+        check([m["model"] for m in run["running"]] == ["alpha"], f"/running after the swap: {run}")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False))
+        check(st == 200 and pid_of("proc") != pid1, f"proc did not start again after the swap back: {st} {body}")
+        check("unloading proc to load alpha (group rules)" in srv.log_text(), "no swap logged")
+        check("unloading alpha to load proc (group rules)" in srv.log_text(), "no swap back logged")
+        # SSE through switchyard is byte for byte what the upstream sends.
+        st, ctype, through = dechunked_sse(srv.port, "/v1/chat/completions", chat(True, model="proc"))
+        check(st == 200 and ctype.startswith("text/event-stream"), f"stream: {st} {ctype}")
+        body = chat(True, model="upstream-name")
+        st2, _, direct = dechunked_sse(start, "/v1/chat/completions", body)
+        check(st2 == 200 and through == direct, f"SSE bytes differ:\n{through[:300]!r}\n{direct[:300]!r}")
+        check(through.endswith(b"data: [DONE]\n\n"), "the stream lacks its end")
+        # Embeddings and audio pass through.
+        st, body = srv.json("POST", "/v1/embeddings", {"model": "proc", "input": "abc"})
+        check(st == 200 and body["data"][0]["embedding"] == [3.0, 0.5, -0.25], f"embeddings: {st} {body}")
+        boundary = "XyZ"
+        form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nproc\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+                f"Content-Type: audio/wav\r\n\r\nRIFF....\r\n--{boundary}--\r\n").encode()
+        st, _, raw = srv.request("POST", "/v1/audio/transcriptions", form,
+                                 {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        check(st == 200 and json.loads(raw)["text"].startswith("transcribed by proc"), f"audio: {st} {raw[:200]}")
+        # The Ollama API is for switchyard's own engines: 400 naming why.
+        st, body = srv.json("POST", "/api/chat", chat(False))
+        check(st == 400 and "served by another server" in body.get("error", ""), f"/api/chat: {st} {body}")
+        # /upstream passthrough, with the query string.
+        st, body = srv.json("GET", "/upstream/proc/echo-path/a/b?x=1&y=two%20words")
+        check(st == 200 and body["path"] == "/echo-path/a/b?x=1&y=two%20words", f"/upstream: {st} {body}")
+        st, body = srv.json("GET", "/upstream/alpha/x")
+        check(st == 400, f"/upstream of a plugin model: {st} {body}")
+        # /logs holds the upstream's output and ours; the env reached the child.
+        st, _, logs = srv.request("GET", "/logs")
+        text = logs.decode()
+        check(st == 200 and "[proc] fake-upstream proc listening" in text, f"/logs: {text[-500:]}")
+        check("env FAKE_TAG=a,b)" in text, "the env item with a comma did not reach the child")
+        st, _, logs = srv.request("GET", "/logs?model=proc")
+        check(logs.decode().startswith("fake-upstream proc"), f"/logs?model=proc: {logs[:200]!r}")
+        # /v1/models: name, description, metadata; unlisted models left out.
+        st, models = srv.json("GET", "/v1/models")
+        ids = [m["id"] for m in models["data"]]
+        check("proc" in ids and "alpha" in ids and "hidden" not in ids, f"/v1/models ids: {ids}")
+        entry = [m for m in models["data"] if m["id"] == "proc"][0]
+        check(entry.get("name") == "Fake one" and entry.get("description") == "a fake upstream"
+              and entry.get("meta", {}).get("llamaswap", {}).get("port") == "x", f"/v1/models entry: {entry}")
+    finally:
+        srv.stop()
+    for name in ("proc",):
+        check(not alive(pid_of(name)), f"{name}'s child outlived the stop of switchyard")
+
+
+def t_upstream_dies_mid_stream(_):
+    start = free_port_block()
+    cfg = (f"[host]\nstart_port = {start}\n\n" + macros()
+           + process_section("proc", "g", extra_args="--chunk-delay 0.3"))
+    srv = Server("dies", cfg)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        long_text = " ".join(f"w{i}" for i in range(40))
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(chat(True, long_text)).encode(),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        check(resp.status == 200, f"stream status {resp.status}")
+        first = resp.readline()
+        check(first.startswith(b"data: "), f"first line {first!r}")
+        victim = pid_of("proc")
+        os.kill(victim, signal.SIGKILL)
+        rest = resp.read()
+        conn.close()
+        events = [l for l in (first + rest).split(b"\n") if l.startswith(b"data: ")]
+        last = json.loads(events[-1][6:])
+        check("error" in last and last["error"]["code"] == "upstream_disconnected", f"last event: {events[-1]!r}")
+        check(b"[DONE]" not in rest, "a broken stream must not claim to be done")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False))
+        check(st == 200 and body["choices"][0]["message"]["content"].startswith("proc says"),
+              f"no recovery after the kill: {st} {body}")
+        check(pid_of("proc") != victim, "the process was not started again")
+        # A client that goes away closes the upstream request (the upstream logs a broken pipe or finishes early).
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(chat(True, long_text)).encode(),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.readline()
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        time.sleep(1.5)
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, "after a disconnect"))
+        check(st == 200, f"after a client disconnect: {st} {body}")
+    finally:
+        srv.stop()
+
+
+def t_sigkill_leaves_no_child(_):
+    start = free_port_block()
+    cfg = f"[host]\nstart_port = {start}\n\n" + macros() + process_section("proc", "g")
+    srv = Server("sigkill", cfg)
+    st, body = srv.json("POST", "/v1/chat/completions", chat(False))
+    check(st == 200, f"chat: {st} {body}")
+    child = pid_of("proc")
+    check(alive(child), "the child is not running")
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait()
+    srv.log.close()
+    deadline = time.time() + 5
+    while alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    check(not alive(child), f"child {child} survived SIGKILL of switchyard")
+
+
+def t_peer(_):
+    start = free_port_block()
+    backend = Server("peer-backend", f"[host]\nstart_port = {start}\napi_keys = sekrit\n\n" + macros()
+                     + process_section("proc", "g"))
+    front = None
+    try:
+        st, body = backend.json("POST", "/v1/chat/completions", chat(False))
+        check(st == 401, f"the backend must want its key: {st}")
+        front = Server("peer-front", f"[peer.back]\nurl = http://127.0.0.1:{backend.port}/\napi_key = sekrit\n"
+                       "models = proc\n")
+        st, body = front.json("POST", "/v1/chat/completions", chat(False, "via a peer"))
+        check(st == 200 and body["choices"][0]["message"]["content"] == "proc says: via a peer (done)",
+              f"through the peer: {st} {body}")
+        st, ctype, through = dechunked_sse(front.port, "/v1/chat/completions", chat(True))
+        st2, _, direct = dechunked_sse(start, "/v1/chat/completions", chat(True))
+        check(st == 200 and through == direct, "SSE through a peer differs from the upstream's")
+        st, models = front.json("GET", "/v1/models")
+        check("proc" in [m["id"] for m in models["data"]], f"peer model not listed: {models}")
+        st, body = front.json("POST", "/api/generate", {"model": "proc", "prompt": "x"})
+        check(st == 400, f"Ollama API on a peer model: {st} {body}")
+    finally:
+        if front:
+            front.stop()
+        backend.stop()
+
+
+def t_bad_configs(_):
+    """Process keys are checked with file:line, and a config with errors starts nothing."""
+    d = os.path.join(ARGS.work_dir, "bad")
+    os.makedirs(d, exist_ok=True)
+    cases = [
+        ("[model.p]\ncmd = x ${NOPE}\n", "${NOPE} is not a macro"),
+        ("[model.p]\ncmd = x\nplugin = test-engine\n", "takes no plugin or path"),
+        ("[model.p]\ncmd = x\ncheck_endpoint = health\n", "check_endpoint"),
+        ("[model.p]\ncmd = x\nenv = 1BAD=x\n", "is not NAME=VALUE"),
+        ("[model.p]\nplugin = test-engine\npath = /x\nproxy = http://h\n", "only a model with 'cmd'"),
+        ("[peer.q]\nmodels = a\n", "missing required key 'url'"),
+    ]
+    for i, (text, want) in enumerate(cases):
+        path = os.path.join(d, f"bad{i}.ini")
+        with open(path, "w") as f:
+            f.write(text)
+        out = subprocess.run([ARGS.switchyard, "serve", "--config", path, "--check-config"], capture_output=True,
+                             timeout=30)
+        err = out.stderr.decode()
+        check(out.returncode == 1 and want in err, f"case {i}: rc {out.returncode}, wanted {want!r} in:\n{err}")
+
+
+TESTS = [t_swap_and_proxy, t_upstream_dies_mid_stream, t_sigkill_leaves_no_child, t_peer, t_bad_configs]
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--switchyard", required=True)
+    ap.add_argument("--plugin-dir", required=True)
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--only", action="append")
+    ARGS = ap.parse_args()
+    os.makedirs(ARGS.work_dir, exist_ok=True)
+    failed = 0
+    for t in TESTS:
+        if ARGS.only and t.__name__ not in ARGS.only:
+            continue
+        t0 = time.time()
+        try:
+            t(None)
+            print(f"ok   {t.__name__} ({time.time() - t0:.1f} s)")
+        except Exception as e:  # noqa: BLE001 - every failure is reported and counted
+            failed += 1
+            print(f"FAIL {t.__name__}: {e}")
+            if not isinstance(e, CheckFailed):
+                traceback.print_exc()
+        sys.stdout.flush()
+    print(f"{failed} failed")
+    return min(failed, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
