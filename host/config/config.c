@@ -811,17 +811,9 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
         set_string((char **)field_addr, sy_strdup(value));
         return;
     case V_ENV_LIST: set_env_list(c, spec, obj, value); return;
-    case V_JSON_OBJECT: {
-        cJSON *j = cJSON_Parse(value);
-        bool object = j != NULL && cJSON_IsObject(j);
-        cJSON_Delete(j);
-        if (!object) {
-            key_error(c, spec->name, "%s is not a JSON object on one line", quoted(value, q, sizeof q));
-            return;
-        }
+    case V_JSON_OBJECT: /* may continue on indented lines: checked once the section is read (check_models) */
         set_string((char **)field_addr, sy_strdup(value));
         return;
-    }
     }
 }
 
@@ -1101,7 +1093,7 @@ static void on_continuation(parse_ctx *c, const char *value) {
         set_env_list(c, spec, section_object(c), value);
         return;
     }
-    if (spec->type == V_TEXT) {
+    if (spec->type == V_TEXT || spec->type == V_JSON_OBJECT) {
         char **field = (char **)((char *)section_object(c) + spec->offset);
         if (*field == NULL || *value == '\0') return; /* the first line was refused: reported there */
         size_t a = strlen(*field), b = strlen(value);
@@ -1358,7 +1350,26 @@ static void check_models(parse_ctx *c) {
         char label[160];
         snprintf(label, sizeof label, "model.%s", m->name);
         /* A key given with a bad value, or perhaps on a refused line, has its error already. */
+        const char *json_keys[2] = {"set_params", "metadata"};
+        char **json_values[2] = {&m->set_params, &m->metadata};
+        for (int k = 0; k < 2; k++) {
+            if (*json_values[k] == NULL) continue;
+            cJSON *j = cJSON_Parse(*json_values[k]);
+            bool object = j != NULL && cJSON_IsObject(j);
+            cJSON_Delete(j);
+            if (!object) {
+                char q[QUOTE_BUF];
+                diag(c, true, MODEL_KEY_LINE(meta, json_keys[k]), label, json_keys[k], "%s is not a JSON object",
+                     quoted(*json_values[k], q, sizeof q));
+            }
+        }
         bool process = m->cmd != NULL || MODEL_KEY_LINE(meta, "cmd") != 0;
+        if ((m->peer != NULL || process) && m->n_raw_options > 0) {
+            const sy_config_raw_option *r = &m->raw_options[0];
+            diag(c, true, r->line, label, r->written,
+                 "not a key of a process model (engine options belong to plugin models; a process takes its "
+                 "options in cmd)");
+        }
         if (m->peer != NULL) {
         } else if (process) {
             if (m->plugin != NULL || m->path != NULL)

@@ -1016,8 +1016,15 @@ const sy_process_spec *sy_model_lease_process(const sy_model_lease *lease) { ret
 bool sy_model_lease_upstream_failed(sy_model_lease *lease) {
     sy_model_manager *mm = lease->mm;
     mm_model *m = lease->m;
-    pthread_mutex_lock(&mm->lock);
+    /* A broken connection is most often a process on its way out: give it a moment to be gone (the lease keeps
+     * m->proc in place, and sy_process_alive takes the process's own lock). */
     bool dead = m->proc != NULL && !sy_process_alive(m->proc);
+    for (int i = 0; i < 50 && !dead && m->proc != NULL; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        dead = !sy_process_alive(m->proc);
+    }
+    pthread_mutex_lock(&mm->lock);
     if (dead && m->state == SY_MODEL_READY) {
         /* Unloaded once this lease is released, so the next request starts it again. */
         sy_log(SY_LOG_WARN, "model %s: its process %d died during a request", m->name, (int)sy_process_pid(m->proc));
