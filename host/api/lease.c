@@ -31,6 +31,9 @@ int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, s
     }
     if (sy_api_stopping(sy_api_ctx(r)))
         return sy_api_fail(e, 503, "server_stopping", NULL, "the server is shutting down");
+    /* A selector names the model it chooses now. */
+    char chosen[SY_CONFIG_MAX_NAME_LEN + 1];
+    if (sy_model_manager_resolve(sy_api_manager(sy_api_ctx(r)), requested, chosen, sizeof chosen)) requested = chosen;
     /* Models that are processes or peers speak for themselves: only the proxied OpenAI routes reach them. */
     const sy_config *cfg = sy_api_config_acquire(sy_api_ctx(r));
     const sy_config_model *cm = sy_config_find_model(cfg, requested);

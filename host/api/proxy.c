@@ -431,6 +431,9 @@ bool sy_api_proxy_intercept(void *app, sy_http_request *r) {
     char model[SY_CONFIG_MAX_NAME_LEN + 1];
     if (!requested_model(r, model, sizeof model)) return false; /* the route's handler explains */
     sy_api_context *ctx = sy_api_ctx(r);
+    char chosen[SY_CONFIG_MAX_NAME_LEN + 1];
+    if (sy_model_manager_resolve(sy_api_manager(ctx), model, chosen, sizeof chosen))
+        snprintf(model, sizeof model, "%s", chosen);
     const sy_config *cfg = sy_api_config_acquire(ctx);
     const sy_config_model *cm = sy_config_find_model(cfg, model);
     bool handled = cm != NULL && (cm->cmd != NULL || cm->peer != NULL) && !ollama;

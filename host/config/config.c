@@ -45,7 +45,8 @@ typedef enum value_type {
     V_KEY_LIST,  /* api_keys */
     V_TEXT,      /* free text (cmd, proxy, ...): indented lines continue it, joined with a space */
     V_ENV_LIST,  /* NAME=VALUE items: a comma starts a new item only before NAME= (values may hold commas) */
-    V_JSON_OBJECT /* a JSON object on one line (set_params, metadata) */
+    V_JSON_OBJECT, /* a JSON object (set_params, metadata); indented lines continue it */
+    V_STRATEGY    /* a selector's strategy */
 } value_type;
 
 typedef struct key_spec {
@@ -129,6 +130,17 @@ static const key_spec peer_keys[] = {
     {"url", V_TEXT, PEER_FIELD(url), 0, 0},
     {"api_key", V_TEXT, PEER_FIELD(api_key), 0, 0},
     {"models", V_NAME_LIST, PEER_FIELD(models), 0, 0},
+    {"strip_params", V_NAME_LIST, PEER_FIELD(strip_params), 0, 0},
+    {"set_params", V_JSON_OBJECT, PEER_FIELD(set_params), 0, 0},
+};
+
+#define SELECTOR_FIELD(f) offsetof(sy_config_selector, f)
+static const key_spec selector_keys[] = {
+    {"strategy", V_STRATEGY, SELECTOR_FIELD(strategy), 0, 0},
+    {"targets", V_NAME_LIST, SELECTOR_FIELD(targets), 0, 0},
+    {"spillover", V_U32, SELECTOR_FIELD(spillover), 1, 65536},
+    {"name", V_TEXT, SELECTOR_FIELD(display_name), 0, 0},
+    {"description", V_TEXT, SELECTOR_FIELD(description), 0, 0},
 };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -151,6 +163,7 @@ typedef enum section_kind {
     SEC_MODEL,
     SEC_GROUP,
     SEC_PEER,
+    SEC_SELECTOR,
     SEC_MACROS,
     SEC_UNKNOWN, /* warned about at its header; its keys are skipped */
     SEC_IGNORED  /* a header with an error; its keys are skipped */
@@ -188,6 +201,7 @@ typedef struct parse_ctx {
     section_meta *model_meta; /* parallel to cfg->models */
     section_meta *group_meta; /* parallel to cfg->groups */
     unsigned peer_seen[SY_CONFIG_MAX_PEERS][COUNT_OF(peer_keys)]; /* each peer's key lines */
+    unsigned selector_seen[SY_CONFIG_MAX_PEERS][COUNT_OF(selector_keys)];
     size_t n_group_meta;      /* groups with a section (implicit ones are added at the end) */
     size_t n_names;           /* model names + aliases so far */
 
@@ -567,6 +581,7 @@ static void *section_object(parse_ctx *c) {
     case SEC_MODEL: return &c->cfg->models[c->index];
     case SEC_GROUP: return &c->cfg->groups[c->index];
     case SEC_PEER: return &c->cfg->peers[c->index];
+    case SEC_SELECTOR: return &c->cfg->selectors[c->index];
     default: return NULL;
     }
 }
@@ -811,6 +826,14 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
         set_string((char **)field_addr, sy_strdup(value));
         return;
     case V_ENV_LIST: set_env_list(c, spec, obj, value); return;
+    case V_STRATEGY: {
+        sy_config_selector *sel = obj;
+        if (strcmp(value, "warm") == 0) sel->strategy = SY_SELECT_WARM;
+        else if (strcmp(value, "pin") == 0) sel->strategy = SY_SELECT_PIN;
+        else if (strcmp(value, "spillover") == 0) sel->strategy = SY_SELECT_SPILLOVER;
+        else key_error(c, spec->name, "%s is not a strategy (warm, pin or spillover)", quoted(value, q, sizeof q));
+        return;
+    }
     case V_JSON_OBJECT: /* may continue on indented lines: checked once the section is read (check_models) */
         set_string((char **)field_addr, sy_strdup(value));
         return;
@@ -977,8 +1000,37 @@ static void begin_section(parse_ctx *c, const char *raw, size_t raw_len) {
         c->seen = c->peer_seen[c->index];
         return;
     }
+    if (strncmp(name, "selector.", 9) == 0) {
+        const char *sname = name + 9;
+        if (!is_name(sname)) {
+            diag(c, true, line, c->section_label, NULL, "%s is not a selector name", quoted(sname, q, sizeof q));
+            return;
+        }
+        for (size_t i = 0; i < cfg->n_selectors; i++)
+            if (strcmp(cfg->selectors[i].name, sname) == 0) {
+                diag(c, true, line, c->section_label, NULL, "selector '%s' is defined twice (first at line %u)",
+                     sname, cfg->selectors[i].line);
+                return;
+            }
+        if (cfg->n_selectors >= SY_CONFIG_MAX_PEERS) {
+            diag(c, true, line, c->section_label, NULL, "more than %d selectors", SY_CONFIG_MAX_PEERS);
+            return;
+        }
+        cfg->selectors = sy_xrealloc(cfg->selectors, (cfg->n_selectors + 1) * sizeof *cfg->selectors);
+        sy_config_selector *sel = &cfg->selectors[cfg->n_selectors];
+        memset(sel, 0, sizeof *sel);
+        sel->name = sy_strdup(sname);
+        sel->spillover = 1;
+        sel->line = line;
+        memset(c->selector_seen[cfg->n_selectors], 0, sizeof c->selector_seen[cfg->n_selectors]);
+        c->index = cfg->n_selectors++;
+        c->section = SEC_SELECTOR;
+        c->seen = c->selector_seen[c->index];
+        return;
+    }
     diag(c, false, line, NULL, NULL,
-         "unknown section [%s] is ignored (known: [host], [model.NAME], [group.NAME], [peer.NAME], [macros])",
+         "unknown section [%s] is ignored (known: [host], [model.NAME], [group.NAME], [peer.NAME], "
+         "[selector.NAME], [macros])",
          c->section_label);
     c->section = SEC_UNKNOWN;
 }
@@ -1004,6 +1056,7 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
     case SEC_MODEL: specs = model_keys, n_specs = COUNT_OF(model_keys); break;
     case SEC_GROUP: specs = group_keys, n_specs = COUNT_OF(group_keys); break;
     case SEC_PEER: specs = peer_keys, n_specs = COUNT_OF(peer_keys); break;
+    case SEC_SELECTOR: specs = selector_keys, n_specs = COUNT_OF(selector_keys); break;
     case SEC_MACROS: {
         if (!is_ident(key) || strchr(key, '.') != NULL) {
             key_error(c, key, "%s is not a macro name (letters, digits, '_' or '-')", quoted(key, q, sizeof q));
@@ -1097,6 +1150,8 @@ static void on_continuation(parse_ctx *c, const char *value) {
         char **field = (char **)((char *)section_object(c) + spec->offset);
         if (*field == NULL || *value == '\0') return; /* the first line was refused: reported there */
         size_t a = strlen(*field), b = strlen(value);
+        /* A shell-style line continuation: the lines are joined anyway. */
+        while (a > 0 && ((*field)[a - 1] == '\\' || is_blank((*field)[a - 1]))) (*field)[--a] = '\0';
         if (a + b + 1 > SY_CONFIG_MAX_TEXT_LEN) {
             key_error(c, spec->name, "the value is longer than %d bytes", SY_CONFIG_MAX_TEXT_LEN);
             c->last_spec = NULL;
@@ -1434,6 +1489,9 @@ static void add_peer_models(parse_ctx *c) {
             m->name = sy_strdup(p->models.items[k]);
             m->line = p->models.lines[k];
             m->peer = sy_strdup(p->name);
+            for (size_t j = 0; j < p->strip_params.count; j++)
+                list_append(&m->strip_params, p->strip_params.items[j], p->strip_params.lines[j]);
+            if (p->set_params != NULL) m->set_params = sy_strdup(p->set_params);
             /* Their own group: a peer's models never swap ours out. */
             size_t len = strlen(p->name) + 6;
             m->group = sy_xmalloc(len);
@@ -1444,6 +1502,31 @@ static void add_peer_models(parse_ctx *c) {
                     diag(c, true, m->line, label, "models", "'%s' is already a model (line %u)", m->name,
                          cfg->models[j].line);
             cfg->n_models++;
+        }
+    }
+}
+
+/* Targets name models (aliases become canonical names); a selector's name is no model's name or alias. */
+static void check_selectors(parse_ctx *c) {
+    sy_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        sy_config_selector *sel = &cfg->selectors[i];
+        char label[160];
+        snprintf(label, sizeof label, "selector.%s", sel->name);
+        const sy_config_model *clash = sy_config_find_model(cfg, sel->name);
+        if (clash != NULL)
+            diag(c, true, sel->line, label, NULL, "'%s' already names model '%s' (line %u)", sel->name, clash->name,
+                 clash->line);
+        if (sel->targets.count == 0) diag(c, true, sel->line, label, NULL, "missing required key 'targets'");
+        for (size_t k = 0; k < sel->targets.count; k++) {
+            const sy_config_model *m = sy_config_find_model(cfg, sel->targets.items[k]);
+            if (m == NULL) {
+                diag(c, true, sel->targets.lines[k], label, "targets", "'%s' names no configured model",
+                     sel->targets.items[k]);
+                continue;
+            }
+            free(sel->targets.items[k]);
+            sel->targets.items[k] = sy_strdup(m->name);
         }
     }
 }
@@ -1525,6 +1608,7 @@ static void finish(parse_ctx *c) {
     check_models(c);
     check_names(c);
     check_groups(c);
+    check_selectors(c);
     for (size_t i = 0; i < cfg->n_models; i++) {
         sy_config_model *m = &cfg->models[i];
         if (m->cmd == NULL) continue;
@@ -1684,8 +1768,17 @@ void sy_config_free(sy_config *cfg) {
         free(cfg->peers[i].url);
         free(cfg->peers[i].api_key);
         list_free(&cfg->peers[i].models);
+        list_free(&cfg->peers[i].strip_params);
+        free(cfg->peers[i].set_params);
     }
     free(cfg->peers);
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        free(cfg->selectors[i].name);
+        list_free(&cfg->selectors[i].targets);
+        free(cfg->selectors[i].display_name);
+        free(cfg->selectors[i].description);
+    }
+    free(cfg->selectors);
     list_free(&cfg->macro_names);
     list_free(&cfg->macro_values);
     for (size_t i = 0; i < cfg->n_groups; i++) {

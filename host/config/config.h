@@ -152,8 +152,26 @@ typedef struct sy_config_peer {
     char *url;                 /* base URL, without the /v1 */
     char *api_key;             /* sent as Authorization: Bearer and x-api-key; NULL */
     sy_config_list models;
+    sy_config_list strip_params; /* given to each of its models */
+    char *set_params;
     unsigned line;
 } sy_config_peer;
+
+/* [selector.NAME]: a model name resolved per request to one of its targets (llama-swap's selectors). */
+typedef enum sy_config_strategy {
+    SY_SELECT_WARM = 0,  /* the first target that is loaded, else one loading, else the first */
+    SY_SELECT_PIN,       /* always the first */
+    SY_SELECT_SPILLOVER  /* the first loaded target with fewer than `spillover` requests, else the next one */
+} sy_config_strategy;
+
+typedef struct sy_config_selector {
+    char *name;
+    sy_config_strategy strategy;
+    sy_config_list targets;    /* canonical model names once read */
+    uint32_t spillover;        /* default 1 */
+    char *display_name, *description;
+    unsigned line;
+} sy_config_selector;
 
 typedef struct sy_config {
     char *source;              /* the name used in messages: the path as given, or the string's name */
@@ -165,6 +183,8 @@ typedef struct sy_config {
     size_t n_groups;
     sy_config_peer *peers;
     size_t n_peers;
+    sy_config_selector *selectors;
+    size_t n_selectors;
     /* [macros]: NAME = VALUE, used as ${NAME} in the process keys of models (in file order). */
     sy_config_list macro_names, macro_values;
     /* Diagnostics, each "FILE:LINE: [SECTION] KEY: what is wrong". */

@@ -26,6 +26,8 @@ typedef struct imp {
     char **grouped; /* models already placed in a group */
     size_t n_grouped;
     yaml_node_t *preload; /* hooks.on_startup.preload */
+    char **selectors;
+    size_t n_selectors;
     yaml_node_t *cur_macros; /* the model being imported: its macros and name, applied to metadata strings */
     const char *cur_model;
 } imp;
@@ -146,6 +148,7 @@ static char *command_text(imp *x, yaml_node_t *macros, const char *cmd) {
         size_t b = n;
         while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t' || p[b - 1] == '\r')) b--;
         if (b > a && p[b - 1] == '\\') b--;
+        while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t')) b--;
         if (b > a && p[a] != '#') {
             if (joined.len) sy_buf_append(&joined, " ", 1);
             sy_buf_append(&joined, p + a, b - a);
@@ -460,10 +463,71 @@ static void import_peers(imp *x, yaml_node_t *peers) {
             free(k);
         }
         if (models.len) put_text(x, "models", models.data);
+        yaml_node_t *filters = get(x, v, "filters");
+        if (filters != NULL) {
+            const char *strip = scalar(get(x, filters, "stripParams"));
+            if (strip) sy_buf_printf(x->ini, "strip_params = %s\n", strip);
+            char fp[340];
+            snprintf(fp, sizeof fp, "%s.filters.setParams", pp);
+            if (get(x, filters, "setParams")) put_json(x, fp, "set_params", get(x, filters, "setParams"));
+        }
         sy_buf_append(x->ini, "\n", 1);
         sy_buf_free(&models);
-        if (get(x, v, "filters")) note(x, pp, "filters: set per model in switchyard; dropped");
         if (get(x, v, "timeouts")) note(x, pp, "timeouts: switchyard's defaults apply to peers; dropped");
+    }
+}
+
+static void import_selectors(imp *x, yaml_node_t *sels) {
+    if (sels == NULL || sels->type != YAML_MAPPING_NODE) return;
+    for (yaml_node_pair_t *p = sels->data.mapping.pairs.start; p < sels->data.mapping.pairs.top; p++) {
+        const char *name = scalar(node(x, p->key));
+        yaml_node_t *v = node(x, p->value);
+        char sp[300];
+        snprintf(sp, sizeof sp, "selectors.%s", name ? name : "?");
+        const char *strategy = scalar(get(x, v, "strategy"));
+        if (name == NULL || !is_name(name) || has_model(x, name)) {
+            note(x, sp, "not a name switchyard can use, or already a model's; dropped");
+            continue;
+        }
+        if (strategy == NULL || (strcmp(strategy, "warm") != 0 && strcmp(strategy, "pin") != 0 &&
+                                 strcmp(strategy, "spillover") != 0)) {
+            note(x, sp, "strategy '%s' is not warm, pin or spillover; dropped", strategy ? strategy : "(none)");
+            continue;
+        }
+        sy_buf targets;
+        sy_buf_init(&targets);
+        yaml_node_t *ts = get(x, v, "targets");
+        for (yaml_node_item_t *i = ts && ts->type == YAML_SEQUENCE_NODE ? ts->data.sequence.items.start : NULL;
+             i && i < ts->data.sequence.items.top; i++) {
+            const char *t = scalar(node(x, *i));
+            if (t == NULL || !has_model(x, t)) {
+                note(x, sp, "target '%s' is not an imported model; left out", t ? t : "?");
+                continue;
+            }
+            sy_buf_printf(&targets, "%s%s", targets.len ? ", " : "", t);
+        }
+        if (targets.len == 0) {
+            note(x, sp, "no target is an imported model; dropped");
+            sy_buf_free(&targets);
+            continue;
+        }
+        x->selectors = sy_xrealloc(x->selectors, (x->n_selectors + 1) * sizeof *x->selectors);
+        x->selectors[x->n_selectors] = sy_strdup(name);
+        x->n_selectors++;
+        sy_buf_printf(x->ini, "[selector.%s]\nstrategy = %s\n", name, strategy);
+        put_text(x, "targets", targets.data);
+        const char *spill = scalar(get(x, get(x, v, "settings"), "spillover"));
+        if (spill) sy_buf_printf(x->ini, "spillover = %s\n", spill);
+        const char *dn = scalar(get(x, v, "name")), *desc = scalar(get(x, v, "description"));
+        sy_buf line;
+        sy_buf_init(&line);
+        if (dn && one_line(dn, &line) && line.len) put_text(x, "name", line.data);
+        sy_buf_clear(&line);
+        if (desc && one_line(desc, &line) && line.len) put_text(x, "description", line.data);
+        sy_buf_free(&line);
+        if (get(x, v, "metadata")) note(x, sp, "metadata: selectors carry none here; dropped");
+        sy_buf_append(x->ini, "\n", 1);
+        sy_buf_free(&targets);
     }
 }
 
@@ -479,7 +543,6 @@ static const char *const top_dropped[][2] = {
     {"unloadTimeout", "set per model as stop_grace (this global is not carried)"},
     {"upstream", "no ignorePaths: /upstream forwards every path"},
     {"profiles", "no profiles"},
-    {"selectors", "selectors are not carried: name their targets directly"},
 };
 
 int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_buf *ini, sy_buf *report, char *err,
@@ -566,6 +629,7 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
             if (name) import_model(&x, name, node(&x, p->value), global_ttl);
         }
     import_peers(&x, get(&x, root, "peers"));
+    import_selectors(&x, get(&x, root, "selectors"));
     yaml_node_t *routing = get(&x, root, "routing");
     /* routing.router.settings in current llama-swap; routing.settings in some examples. */
     yaml_node_t *settings = get(&x, get(&x, routing, "router"), "settings");
@@ -584,9 +648,13 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
     for (yaml_node_item_t *i = preload && preload->type == YAML_SEQUENCE_NODE ? preload->data.sequence.items.start : NULL;
          i && i < preload->data.sequence.items.top; i++) {
         const char *m = scalar(node(&x, *i));
-        if (m == NULL || !has_model(&x, m))
-            note(&x, "hooks.on_startup.preload", "'%s' is not an imported model (a selector?); not preloaded",
-                 m ? m : "?");
+        bool selector = false;
+        for (size_t k = 0; m && k < x.n_selectors; k++) selector = selector || strcmp(x.selectors[k], m) == 0;
+        if (selector)
+            note(&x, "hooks.on_startup.preload", "'%s' is a selector: preload is set on models; name its target",
+                 m);
+        else if (m == NULL || !has_model(&x, m))
+            note(&x, "hooks.on_startup.preload", "'%s' is not an imported model; not preloaded", m ? m : "?");
     }
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
         const char *k = scalar(node(&x, p->key));
@@ -594,7 +662,8 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
         for (size_t i = 0; i < sizeof top_dropped / sizeof *top_dropped; i++)
             if (strcmp(k, top_dropped[i][0]) == 0) note(&x, k, "%s; dropped", top_dropped[i][1]);
         static const char *const known[] = {"startPort", "healthCheckTimeout", "logLevel", "apiKeys", "macros",
-                                            "globalTTL", "models", "peers", "routing", "groups", "hooks"};
+                                            "globalTTL", "models", "peers", "routing", "groups", "hooks",
+                                            "selectors"};
         bool is_known = false;
         for (size_t i = 0; i < sizeof known / sizeof *known; i++) is_known = is_known || strcmp(k, known[i]) == 0;
         for (size_t i = 0; i < sizeof top_dropped / sizeof *top_dropped; i++)
@@ -604,6 +673,8 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
     for (size_t i = 0; i < x.n_models; i++) free(x.models[i]);
     free(x.models);
     for (size_t i = 0; i < x.n_grouped; i++) free(x.grouped[i]);
+    for (size_t i = 0; i < x.n_selectors; i++) free(x.selectors[i]);
+    free(x.selectors);
     free(x.grouped);
     yaml_document_delete(&doc);
     return 0;

@@ -92,8 +92,18 @@ struct sy_model_lease {
     char *chat_template, *chat_template_file; /* copies: a reload may change the model's while we run */
 };
 
+typedef struct mm_selector {
+    char *name;
+    sy_config_strategy strategy;
+    char **targets;
+    size_t n_targets;
+    uint32_t spillover;
+} mm_selector;
+
 struct sy_model_manager {
     const sy_plugin_registry *reg;
+    mm_selector *selectors;
+    size_t n_selectors;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     mm_model **models;
@@ -228,6 +238,30 @@ static mm_group *groups_from_config(const sy_config *cfg, size_t *n) {
     }
     *n = cfg->n_groups;
     return g;
+}
+
+static mm_selector *selectors_from_config(const sy_config *cfg, size_t *n) {
+    mm_selector *s = sy_xcalloc(cfg->n_selectors ? cfg->n_selectors : 1, sizeof *s);
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        const sy_config_selector *c = &cfg->selectors[i];
+        s[i].name = sy_strdup(c->name);
+        s[i].strategy = c->strategy;
+        s[i].spillover = c->spillover ? c->spillover : 1;
+        s[i].n_targets = c->targets.count;
+        s[i].targets = sy_xcalloc(c->targets.count ? c->targets.count : 1, sizeof *s[i].targets);
+        for (size_t k = 0; k < c->targets.count; k++) s[i].targets[k] = sy_strdup(c->targets.items[k]);
+    }
+    *n = cfg->n_selectors;
+    return s;
+}
+
+static void selectors_free(mm_selector *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(s[i].name);
+        for (size_t k = 0; k < s[i].n_targets; k++) free(s[i].targets[k]);
+        free(s[i].targets);
+    }
+    free(s);
 }
 
 static void groups_free(mm_group *g, size_t n) {
@@ -614,6 +648,7 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->models = sy_xcalloc(cfg->n_models ? cfg->n_models : 1, sizeof *mm->models);
     for (size_t i = 0; i < cfg->n_models; i++) mm->models[i] = model_from_config(&cfg->models[i]);
     mm->groups = groups_from_config(cfg, &mm->n_groups);
+    mm->selectors = selectors_from_config(cfg, &mm->n_selectors);
     mm->max_memory = cfg->host.max_memory;
     mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
@@ -645,6 +680,7 @@ void sy_model_manager_destroy(sy_model_manager *mm) {
     free(mm->models);
     free(mm->retired);
     groups_free(mm->groups, mm->n_groups);
+    selectors_free(mm->selectors, mm->n_selectors);
     free(mm->resume_path);
     pthread_cond_destroy(&mm->changed);
     pthread_mutex_destroy(&mm->lock);
@@ -1214,6 +1250,8 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     groups_free(mm->groups, mm->n_groups);
     mm->groups = groups;
     mm->n_groups = n_groups;
+    selectors_free(mm->selectors, mm->n_selectors);
+    mm->selectors = selectors_from_config(cfg, &mm->n_selectors);
     mm->max_memory = cfg->host.max_memory;
     mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
@@ -1229,6 +1267,56 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     pthread_cond_broadcast(&mm->changed);
     pthread_mutex_unlock(&mm->lock);
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Selectors */
+
+static bool active(const mm_model *m) {
+    return m->peer != NULL || m->state == SY_MODEL_READY || m->state == SY_MODEL_LOADING;
+}
+
+int sy_model_manager_resolve(sy_model_manager *mm, const char *name, char *out, size_t out_size) {
+    if (mm == NULL || name == NULL) return 0;
+    pthread_mutex_lock(&mm->lock);
+    const mm_selector *sel = NULL;
+    for (size_t i = 0; i < mm->n_selectors && sel == NULL; i++)
+        if (strcmp(mm->selectors[i].name, name) == 0) sel = &mm->selectors[i];
+    if (sel == NULL || sel->n_targets == 0) {
+        pthread_mutex_unlock(&mm->lock);
+        return 0;
+    }
+    const char *choice = sel->targets[0];
+    if (sel->strategy == SY_SELECT_WARM) {
+        const char *loading = NULL, *ready = NULL;
+        for (size_t k = 0; k < sel->n_targets && ready == NULL; k++) {
+            const mm_model *m = find_current(mm, sel->targets[k]);
+            if (m == NULL) continue;
+            if (m->state == SY_MODEL_READY || m->peer != NULL) ready = m->name;
+            else if (m->state == SY_MODEL_LOADING && loading == NULL) loading = m->name;
+        }
+        choice = ready ? ready : loading ? loading : choice;
+    } else if (sel->strategy == SY_SELECT_SPILLOVER) {
+        /* The first running target with room; else the first that is not running (it starts); else the least
+         * busy running one. */
+        const char *room = NULL, *idle = NULL, *least = NULL;
+        uint32_t least_leases = UINT32_MAX;
+        for (size_t k = 0; k < sel->n_targets && room == NULL; k++) {
+            const mm_model *m = find_current(mm, sel->targets[k]);
+            if (m == NULL) continue;
+            if (!active(m)) {
+                if (idle == NULL) idle = m->name;
+                continue;
+            }
+            /* A peer's requests are not counted here: it always has room. */
+            if (m->peer != NULL || m->leases < sel->spillover) room = m->name;
+            if (m->leases < least_leases) least = m->name, least_leases = m->leases;
+        }
+        choice = room ? room : idle ? idle : least ? least : choice;
+    }
+    snprintf(out, out_size, "%s", choice);
+    pthread_mutex_unlock(&mm->lock);
+    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ const struct sy_process_spec *sy_model_lease_process(const sy_model_lease *lease
  * once its leases are released (the next request starts it again). */
 bool sy_model_lease_upstream_failed(sy_model_lease *lease);
 
+/* A [selector.NAME]'s choice for a request now (warm, pin, spillover): 1 with the target's name in out, 0 when
+ * `name` is not a selector. The choice is advice: the caller acquires that model as usual. */
+int sy_model_manager_resolve(sy_model_manager *mm, const char *name, char *out, size_t out_size);
+
 /* Unload one model (by name or alias) or, with NULL, all. In-flight requests finish first. Returns the number
  * of models unloaded, or -1 if the name is unknown. */
 int sy_model_manager_unload(sy_model_manager *mm, const char *name_or_alias);

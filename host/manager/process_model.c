@@ -122,10 +122,8 @@ char **sy_process_split_command(const char *cmd, size_t *n_words, char *why, siz
         }
         if (ch == '\\') {
             char next = p[1];
-            if (next == '\0' || next == ' ' || next == '\t' || next == '\n' || next == '\r') {
-                /* A line continuation left by joining the lines of a multi-line command: not a word. */
-                if (in_word) sy_buf_append(&w, " ", 0);
-                p++;
+            if (next == '\0' || next == '\n') { /* a line continuation */
+                p += next == '\n' ? 2 : 1;
                 continue;
             }
             sy_buf_append(&w, &next, 1);

@@ -366,6 +366,44 @@ def t_bad_configs(_):
         check(out.returncode == 1 and want in err, f"case {i}: rc {out.returncode}, wanted {want!r} in:\n{err}")
 
 
+def t_selectors(_):
+    """llama-swap's selectors: warm picks a loaded target, spillover fills one target then starts the next."""
+    start = free_port_block()
+    cfg = (f"[host]\nstart_port = {start}\n\n" + macros()
+           + process_section("p1", "s", extra_args="--chunk-delay 0.2")
+           + process_section("p2", "s", extra_args="--chunk-delay 0.2")
+           + "[group.s]\nswap = false\nexclusive = false\n\n"
+           + "[selector.warm-sel]\nstrategy = warm\ntargets = p2, p1\nname = Warm one\n\n"
+           + "[selector.spill]\nstrategy = spillover\ntargets = p1, p2\nspillover = 1\n")
+    srv = Server("selectors", cfg)
+
+    def who(model):
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, model=model))
+        check(st == 200, f"{model}: {st} {body}")
+        return body["choices"][0]["message"]["content"].split()[0]
+
+    try:
+        check(who("warm-sel") == "p2", "warm with nothing loaded must start the first target")
+        srv.json("POST", "/unload/p2")
+        check(who("p1") == "p1", "p1")
+        check(who("warm-sel") == "p1", "warm must choose the loaded target")
+        # Spillover: a streaming request holds p1; the next one spills to p2.
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.request("POST", "/v1/chat/completions",
+                     body=json.dumps(chat(True, " ".join(["w"] * 20), model="spill")).encode(),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        first = json.loads(resp.readline()[6:])
+        check(first["choices"][0]["delta"]["content"] == "p1", f"the first spillover request: {first}")
+        check(who("spill") == "p2", "the second concurrent request must spill over to p2")
+        conn.close()
+        st, models = srv.json("GET", "/v1/models")
+        sel = [m for m in models["data"] if m["id"] == "warm-sel"]
+        check(sel and sel[0]["targets"] == ["p2", "p1"] and sel[0]["name"] == "Warm one", f"/v1/models: {sel}")
+    finally:
+        srv.stop()
+
+
 def t_import_config(_):
     """llama-swap's own example config: the INI loads with serve --check-config, the report lists what dropped."""
     src = os.path.join(ARGS.source_dir, "tests", "fixtures", "llama-swap", "config.example.yaml")
@@ -377,7 +415,7 @@ def t_import_config(_):
                  "[peer.openrouter]", "url = https://openrouter.ai/api", "[group.group2]", "start_port = 10001",
                  "aliases = gpt-4o-mini", "--ctx-size 16384 --temperature 0.7", "latest-llama = "):
         check(want in ini, f"the INI lacks {want!r}:\n{ini}")
-    for dropped in ("selectors", "profiles", "routing.settings.matrix", "concurrencyLimit", "setParamsByID",
+    for dropped in ("selectors.llama: target 'modelA'", "profiles", "routing.settings.matrix", "concurrencyLimit", "setParamsByID",
                     "hooks.on_startup.preload: 'llama'", "member 'llama' is not an imported model", "ui:"):
         check(dropped in report, f"the report does not name {dropped!r}:\n{report}")
     path = os.path.join(ARGS.work_dir, "imported.ini")
@@ -396,7 +434,7 @@ def t_import_config(_):
 
 
 TESTS = [t_swap_and_proxy, t_upstream_dies_mid_stream, t_sigkill_leaves_no_child, t_peer, t_bad_configs,
-         t_import_config]
+         t_selectors, t_import_config]
 
 
 def main():
