@@ -10,12 +10,14 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: switchyard import-config LLAMA-SWAP.yaml > switchyard.ini\n\n"
+            "usage: switchyard import-config [--native] LLAMA-SWAP.yaml > switchyard.ini\n\n"
             "Prints the switchyard INI equivalent of a llama-swap config on stdout: models (cmd, cmdStop, env,\n"
             "proxy, checkEndpoint, ttl, useModelName, aliases, unlisted, name, description, metadata, filters,\n"
             "timeouts), macros, groups, hooks.on_startup.preload, apiKeys and peers. Every option it cannot\n"
             "carry is listed on stderr with the reason. Check the result with `switchyard serve --config FILE\n"
-            "--check-config`.\n");
+            "--check-config`.\n\n"
+            "  --native   a model whose cmd runs llama-server on a GGUF file becomes a gguf-quant model of that\n"
+            "             file (context, threads and slots from its flags) instead of a process\n");
 }
 
 int sy_cmd_import_config(int argc, char **argv) {
@@ -23,13 +25,15 @@ int sy_cmd_import_config(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (argc != 2) {
+    bool native = argc == 3 && strcmp(argv[1], "--native") == 0;
+    if (argc != 2 && !native) {
         usage(stderr);
         return 2;
     }
-    FILE *f = fopen(argv[1], "rb");
+    const char *path = argv[argc - 1];
+    FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        sy_cli_error("import-config", "cannot open %s", argv[1]);
+        sy_cli_error("import-config", "cannot open %s", path);
         return 1;
     }
     sy_buf text, ini, report;
@@ -41,8 +45,9 @@ int sy_cmd_import_config(int argc, char **argv) {
     char err[600];
     int rc = 1;
     if (!ok) {
-        sy_cli_error("import-config", "cannot read %s", argv[1]);
-    } else if (sy_llama_swap_import(text.data ? text.data : "", text.len, argv[1], &ini, &report, err, sizeof err) != 0) {
+        sy_cli_error("import-config", "cannot read %s", path);
+    } else if (sy_llama_swap_import_native(text.data ? text.data : "", text.len, path, native, &ini, &report, err,
+                                           sizeof err) != 0) {
         sy_cli_error("import-config", "%s", err);
     } else {
         fwrite(ini.data ? ini.data : "", 1, ini.len, stdout);

@@ -28,6 +28,8 @@ typedef struct imp {
     yaml_node_t *preload; /* hooks.on_startup.preload */
     char **selectors;
     size_t n_selectors;
+    bool native;
+    yaml_node_t *global_macros;
     yaml_node_t *cur_macros; /* the model being imported: its macros and name, applied to metadata strings */
     const char *cur_model;
 } imp;
@@ -255,6 +257,103 @@ static const char *const model_keys_dropped[][2] = {
     {"filters.setParamsByID", "no per-alias parameters"},
 };
 
+/* Words of a command, quotes removed (enough to read llama-server's flags). */
+static size_t command_words(const char *cmd, char words[][512], size_t max) {
+    size_t n = 0;
+    const char *p = cmd;
+    while (*p && n < max) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        size_t k = 0;
+        char quote = 0;
+        while (*p && (quote || *p != ' ')) {
+            if (!quote && (*p == '\'' || *p == '"')) quote = *p;
+            else if (quote && *p == quote) quote = 0;
+            else if (k + 1 < 512) words[n][k++] = *p;
+            p++;
+        }
+        words[n][k] = '\0';
+        n++;
+    }
+    return n;
+}
+
+/* --native: true when the model was written as a gguf-quant model. */
+static bool import_native(imp *x, const char *name, const char *path, const char *cmd) {
+    /* The global macros too: the binary is often one (${latest-llama}). */
+    char *full = apply_macros(x, x->global_macros, cmd);
+    for (int pass = 0; pass < 4 && strstr(full, "${") != NULL; pass++) {
+        char *again = apply_macros(x, x->global_macros, full);
+        free(full);
+        full = again;
+    }
+    static char words[256][512];
+    size_t n = command_words(full, words, 256);
+    free(full);
+    if (n == 0) return false;
+    const char *bin = strrchr(words[0], '/') ? strrchr(words[0], '/') + 1 : words[0];
+    if (strncmp(bin, "llama-server", 12) != 0) return false;
+    const char *model = NULL, *ctx = NULL, *threads = NULL, *parallel = NULL;
+    sy_buf sampling;
+    sy_buf_init(&sampling);
+    static const char *const sampling_flags[][2] = {{"--temp", "temperature"}, {"--temperature", "temperature"},
+                                                    {"--top-k", "top_k"}, {"--top-p", "top_p"},
+                                                    {"--min-p", "min_p"}, {"--repeat-penalty", "repeat_penalty"},
+                                                    {"--presence-penalty", "presence_penalty"},
+                                                    {"--frequency-penalty", "frequency_penalty"}, {"--seed", "seed"},
+                                                    {"-s", "seed"}, {"-n", "max_tokens"}, {"--n-predict", "max_tokens"}};
+    static const char *const ignored_no_value[] = {"--jinja", "--no-webui", "--metrics", "--cont-batching",
+                                                   "-cb", "--no-mmap", "--mlock", "--verbose", "-v"};
+    char kp[320];
+    snprintf(kp, sizeof kp, "%.300s.cmd", path);
+    for (size_t i = 1; i < n; i++) {
+        const char *w = words[i];
+        const char *val = i + 1 < n ? words[i + 1] : NULL;
+        if ((strcmp(w, "-m") == 0 || strcmp(w, "--model") == 0) && val) model = val, i++;
+        else if ((strcmp(w, "-c") == 0 || strcmp(w, "--ctx-size") == 0) && val) ctx = val, i++;
+        else if ((strcmp(w, "-t") == 0 || strcmp(w, "--threads") == 0) && val) threads = val, i++;
+        else if ((strcmp(w, "-np") == 0 || strcmp(w, "--parallel") == 0) && val) parallel = val, i++;
+        else if ((strcmp(w, "--port") == 0 || strcmp(w, "--host") == 0 || strcmp(w, "--alias") == 0 ||
+                  strcmp(w, "-a") == 0) && val) i++; /* switchyard serves it under the model's name */
+        else {
+            bool done = false;
+            for (size_t k = 0; k < sizeof sampling_flags / sizeof *sampling_flags && !done; k++)
+                if (strcmp(w, sampling_flags[k][0]) == 0 && val) {
+                    sy_buf_printf(&sampling, "%s%s = %s", sampling.len ? ", " : "", sampling_flags[k][1], val);
+                    i++;
+                    done = true;
+                }
+            for (size_t k = 0; k < sizeof ignored_no_value / sizeof *ignored_no_value && !done; k++)
+                if (strcmp(w, ignored_no_value[k]) == 0) {
+                    note(x, kp, "%s: not needed by or not available in gguf-quant; dropped", w);
+                    done = true;
+                }
+            if (!done) {
+                bool has_value = val != NULL && val[0] != '-';
+                note(x, kp, "%s%s%s: a llama-server flag gguf-quant has no counterpart for; dropped", w,
+                     has_value ? " " : "", has_value ? val : "");
+                if (has_value) i++;
+            }
+        }
+    }
+    if (model == NULL || strstr(model, ".gguf") == NULL || strstr(model, "${") != NULL) {
+        note(x, kp, "--native: llama-server without a -m FILE.gguf this importer can resolve; kept as a process");
+        sy_buf_free(&sampling);
+        return false;
+    }
+    sy_buf_printf(x->ini, "plugin = gguf-quant\npath = %s\n", model);
+    if (ctx) sy_buf_printf(x->ini, "ctx_size = %s\n", ctx);
+    if (threads) sy_buf_printf(x->ini, "threads = %s\n", threads);
+    if (parallel) sy_buf_printf(x->ini, "parallel = %s\n", parallel);
+    if (sampling.len) {
+        sy_buf_printf(x->ini, "; sampling defaults of its llama-server command: %s\n", sampling.data);
+        note(x, kp, "sampling defaults (%s) are not model keys of this config; written as a comment", sampling.data);
+    }
+    sy_buf_free(&sampling);
+    (void)name;
+    return true;
+}
+
 static void import_model(imp *x, const char *name, yaml_node_t *m, const char *global_ttl) {
     char path[300];
     snprintf(path, sizeof path, "models.%s", name);
@@ -276,8 +375,11 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
     x->models = sy_xrealloc(x->models, (x->n_models + 1) * sizeof *x->models);
     x->models[x->n_models++] = sy_strdup(name);
     char *c = command_text(x, macros, cmd);
-    put_text(x, "cmd", c);
+    bool native = x->native && import_native(x, name, path, c);
+    if (!native) put_text(x, "cmd", c);
     free(c);
+    static const char *const process_only[] = {"cmdStop", "env", "proxy", "checkEndpoint", "useModelName",
+                                               "timeouts", "unloadTimeout"};
     for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
         const char *k = scalar(node(x, p->key));
         yaml_node_t *v = node(x, p->value);
@@ -285,6 +387,14 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
         char kp[400];
         snprintf(kp, sizeof kp, "%s.%s", path, k ? k : "?");
         if (k == NULL || strcmp(k, "cmd") == 0 || strcmp(k, "macros") == 0) continue;
+        bool skip = false;
+        for (size_t i = 0; native && i < sizeof process_only / sizeof *process_only; i++)
+            if (strcmp(k, process_only[i]) == 0) {
+                note(x, kp, "a key of the llama-server process, which --native replaces by the gguf-quant engine; "
+                            "dropped");
+                skip = true;
+            }
+        if (skip) continue;
         if (strcmp(k, "cmdStop") == 0 && s) {
             char *t = command_text(x, macros, s);
             put_text(x, "cmd_stop", t);
@@ -547,6 +657,11 @@ static const char *const top_dropped[][2] = {
 
 int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_buf *ini, sy_buf *report, char *err,
                          size_t err_size) {
+    return sy_llama_swap_import_native(yaml, len, source, false, ini, report, err, err_size);
+}
+
+int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source, bool native, sy_buf *ini,
+                                sy_buf *report, char *err, size_t err_size) {
     if (len > SY_IMPORT_MAX_BYTES) {
         snprintf(err, err_size, "%s is %zu bytes; the limit is %zu", source, len, SY_IMPORT_MAX_BYTES);
         return -1;
@@ -572,6 +687,7 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
     x.report = report;
     x.source = source;
     x.json_budget = MAX_JSON_NODES;
+    x.native = native;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root == NULL || root->type != YAML_MAPPING_NODE) {
         snprintf(err, err_size, "%s: the top level is not a mapping, so not a llama-swap config", source);
@@ -605,6 +721,7 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
     sy_buf_append(ini, "\n", 1);
 
     yaml_node_t *macros = get(&x, root, "macros");
+    x.global_macros = macros;
     if (macros && macros->type == YAML_MAPPING_NODE) {
         sy_buf_puts(ini, "[macros]\n");
         for (yaml_node_pair_t *p = macros->data.mapping.pairs.start; p < macros->data.mapping.pairs.top; p++) {

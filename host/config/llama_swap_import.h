@@ -9,6 +9,7 @@
 #ifndef SY_HOST_CONFIG_LLAMA_SWAP_IMPORT_H
 #define SY_HOST_CONFIG_LLAMA_SWAP_IMPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/buf.h"
@@ -19,5 +20,12 @@
  * not YAML or not a llama-swap config (its top level is not a mapping). Bounded: documents, nodes and depth. */
 int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_buf *ini, sy_buf *report, char *err,
                          size_t err_size);
+
+/* With native: a model whose cmd runs llama-server on a GGUF file (-m/--model) becomes a gguf-quant model of that
+ * file with the command's context (-c/--ctx-size), threads (-t/--threads) and slots (-np/--parallel); its sampling
+ * flags are written as a comment (this config has no per-model sampling defaults) and every flag not carried is
+ * in the report. Other models import as processes. */
+int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source, bool native, sy_buf *ini,
+                                sy_buf *report, char *err, size_t err_size);
 
 #endif
