@@ -404,6 +404,65 @@ def t_selectors(_):
         srv.stop()
 
 
+LLAMA_SERVER_DEFAULT = "/work/main/build/llama.cpp-native/build/bin/llama-server"
+
+
+def t_llama_server(_):
+    """At dev time: a natively built llama-server as a process model (skipped when it or the GGUF is absent)."""
+    # Opt-in (a binary built outside this project): SY_LLAMA_SERVER=path, e.g. the native peer at
+    # LLAMA_SERVER_DEFAULT built by tools/bench/build_llama_cpp.sh.
+    server = os.environ.get("SY_LLAMA_SERVER", "")
+    gguf = os.environ.get("SY_SMOLLM2_GGUF", "")
+    if not (os.access(server, os.X_OK) and os.path.isfile(gguf)):
+        print(f"skip t_llama_server: needs SY_LLAMA_SERVER ({server}) and SY_SMOLLM2_GGUF")
+        return
+    start = free_port_block()
+    yaml_path = os.path.join(ARGS.work_dir, "llama-swap-smol.yaml")
+    with open(yaml_path, "w") as f:
+        f.write(f"startPort: {start}\nmacros:\n  server: {server} --port ${{PORT}} --host 127.0.0.1\n"
+                f"models:\n  smol:\n    cmd: |\n      ${{server}}\n      -m {gguf}\n      -c 1024 -t 1 -np 1 --temp 0\n"
+                f"    aliases: [smollm2]\n")
+    out = subprocess.run([ARGS.switchyard, "import-config", yaml_path], capture_output=True, timeout=30)
+    check(out.returncode == 0, f"import: {out.stderr.decode()}")
+    srv = Server("llama-server", out.stdout.decode())
+    try:
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "Name a colour."}],
+                "max_tokens": 12, "temperature": 0, "seed": 1}
+        st, through = srv.json("POST", "/v1/chat/completions", body)
+        check(st == 200, f"through switchyard: {st} {through}")
+        st, _, raw = srv.request("POST", "/v1/chat/completions", body, port=start)
+        direct = json.loads(raw)
+        check(through["choices"][0]["message"] == direct["choices"][0]["message"],
+              f"llama-server answers differently through switchyard:\n{through}\n{direct}")
+
+        def streamed(port):
+            st, _, data = dechunked_sse(port, "/v1/chat/completions", dict(body, stream=True))
+            check(st == 200, f"stream: {st}")
+            text = ""
+            for line in data.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    for c in json.loads(line[6:]).get("choices", []):
+                        text += (c.get("delta") or {}).get("content") or ""
+            return text, data.count(b"data: ")
+        a, na = streamed(srv.port)
+        b, nb = streamed(start)
+        check(a == b and na == nb and a, f"SSE differs: {a!r} ({na} events) vs {b!r} ({nb})")
+        st, props = srv.json("GET", "/upstream/smol/props")
+        check(st == 200 and "default_generation_settings" in props, f"/upstream/smol/props: {st}")
+    finally:
+        srv.stop()
+    # --native: the same llama-swap model served by the gguf-quant engine in process.
+    out = subprocess.run([ARGS.switchyard, "import-config", "--native", yaml_path], capture_output=True, timeout=30)
+    ini = out.stdout.decode()
+    check(out.returncode == 0 and "plugin = gguf-quant" in ini and "ctx_size = 1024" in ini, f"--native: {ini}")
+    srv = Server("native", ini)
+    try:
+        st, body2 = srv.json("POST", "/v1/chat/completions", dict(body, model="smol"))
+        check(st == 200 and body2["choices"][0]["message"]["content"], f"native: {st} {body2}")
+    finally:
+        srv.stop()
+
+
 def t_import_config(_):
     """llama-swap's own example config: the INI loads with serve --check-config, the report lists what dropped."""
     src = os.path.join(ARGS.source_dir, "tests", "fixtures", "llama-swap", "config.example.yaml")
@@ -434,7 +493,7 @@ def t_import_config(_):
 
 
 TESTS = [t_swap_and_proxy, t_upstream_dies_mid_stream, t_sigkill_leaves_no_child, t_peer, t_bad_configs,
-         t_selectors, t_import_config]
+         t_selectors, t_import_config, t_llama_server]
 
 
 def main():
