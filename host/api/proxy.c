@@ -309,6 +309,13 @@ static void forward(sy_http_request *r, const upstream_target *t, const char *pa
                               msg);
         return;
     }
+    if (c->status < 200 || c->status > 599) {
+        long bad = c->status;
+        call_free(c);
+        sy_http_respond_error(r, 502, "upstream_error", NULL, "the upstream of model %s answered with status %ld", model,
+                              bad);
+        return;
+    }
     char type[256];
     snprintf(type, sizeof type, "%s", c->content_type[0] ? c->content_type : "application/octet-stream");
     sy_http_respond_stream_status(r, (int)c->status, type, NULL, 0, call_read, c, call_free);

@@ -366,6 +366,55 @@ def t_bad_configs(_):
         check(out.returncode == 1 and want in err, f"case {i}: rc {out.returncode}, wanted {want!r} in:\n{err}")
 
 
+def wait_for(cond, seconds=10):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def t_rules(_):
+    """Process models follow the plugin models' rules: preload, max_memory with the declared memory, ttl, reload."""
+    start = free_port_block()
+    for name in ("r1", "r2"):
+        try:
+            os.remove(os.path.join(ARGS.work_dir, f"{name}.pid"))
+        except FileNotFoundError:
+            pass
+
+    def config(delay):
+        return (f"[host]\nstart_port = {start}\nmax_memory = 300M\n\n" + macros()
+                + process_section("r1", "a", extra_args=f"--chunk-delay {delay}", extra="preload = true\n")
+                + process_section("r2", "b", extra="ttl = 1\n")
+                + "[group.a]\nexclusive = false\n\n[group.b]\nexclusive = false\n")
+    srv = Server("rules", config(0))
+    try:
+        pid_path = os.path.join(ARGS.work_dir, "r1.pid")
+        check(wait_for(lambda: os.path.exists(pid_path) and alive(pid_of("r1"))), "r1 was not preloaded")
+        pid1 = pid_of("r1")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, model="r2"))
+        check(st == 200, f"r2: {st} {body}")
+        check(wait_for(lambda: not alive(pid1)), "max_memory did not unload r1 (256M + 256M > 300M)")
+        check("max_memory" in srv.log_text(), "no budget unload logged")
+        pid2 = pid_of("r2")
+        check(wait_for(lambda: not alive(pid2), 6), "ttl = 1 did not stop r2")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, model="r1"))
+        check(st == 200, f"r1 again: {st} {body}")
+        pid1 = pid_of("r1")
+        # A reload that changes r1's command stops the running one; the next request starts the new one.
+        with open(srv.config_path, "w") as f:
+            f.write(config(0.01))
+        srv.proc.send_signal(signal.SIGHUP)
+        check(wait_for(lambda: not alive(pid1)), "the reload did not stop r1's old process")
+        st, body = srv.json("POST", "/v1/chat/completions", chat(False, model="r1"))
+        check(st == 200 and pid_of("r1") != pid1, f"r1 after the reload: {st} {body}")
+        check("--chunk-delay 0.01" in srv.log_text(), "the new command did not run")
+    finally:
+        srv.stop()
+
+
 def t_selectors(_):
     """llama-swap's selectors: warm picks a loaded target, spillover fills one target then starts the next."""
     start = free_port_block()
@@ -493,7 +542,7 @@ def t_import_config(_):
 
 
 TESTS = [t_swap_and_proxy, t_upstream_dies_mid_stream, t_sigkill_leaves_no_child, t_peer, t_bad_configs,
-         t_selectors, t_import_config, t_llama_server]
+         t_rules, t_selectors, t_import_config, t_llama_server]
 
 
 def main():
