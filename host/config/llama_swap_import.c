@@ -89,14 +89,20 @@ static bool is_name(const char *s) {
 
 /* "key = value", with values longer than a line split at blanks onto indented continuation lines (keys whose
  * continuation joins with a space: cmd, name, description). */
-static void put_text(imp *x, const char *key, const char *value) {
+static bool put_text(imp *x, const char *key, const char *value) {
     size_t len = strlen(value), pos = 0;
+    size_t room = INI_LINE_MAX - strlen(key) - 3;
+    /* Every run without a blank must fit a line. */
+    for (size_t i = 0, run = 0; i < len; i++) {
+        run = value[i] == ' ' ? 0 : run + 1;
+        if (run > room) return false;
+    }
     bool first = true;
     while (pos < len || first) {
         size_t take = len - pos;
-        if (take > INI_LINE_MAX) {
-            take = INI_LINE_MAX;
-            while (take > 20 && value[pos + take] != ' ') take--;
+        if (take > room) {
+            take = room;
+            while (take > 0 && value[pos + take] != ' ') take--;
         }
         if (first)
             sy_buf_printf(x->ini, "%s = %.*s\n", key, (int)take, value + pos);
@@ -106,6 +112,21 @@ static void put_text(imp *x, const char *key, const char *value) {
         pos += take;
         while (pos < len && value[pos] == ' ') pos++;
     }
+    return true;
+}
+
+/* key = value from YAML: one line, no control characters, no ' ;' (an INI comment), each word short enough for a
+ * line; else a note and nothing written. */
+static void put_value(imp *x, const char *path, const char *key, const char *value) {
+    sy_buf line;
+    sy_buf_init(&line);
+    if (!one_line(value, &line) || line.len == 0)
+        note(x, path, "empty or holds control characters; dropped");
+    else if (strstr(line.data, " ;") != NULL || line.data[0] == ';')
+        note(x, path, "holds ';' after a blank, which starts an INI comment; dropped");
+    else if (!put_text(x, key, line.data))
+        note(x, path, "a word longer than an INI line holds; dropped");
+    sy_buf_free(&line);
 }
 
 /* Replaces ${NAME} of a model's own macros in s. */
@@ -341,12 +362,16 @@ static bool import_native(imp *x, const char *name, const char *path, const char
         sy_buf_free(&sampling);
         return false;
     }
-    sy_buf_printf(x->ini, "plugin = gguf-quant\npath = %s\n", model);
-    if (ctx) sy_buf_printf(x->ini, "ctx_size = %s\n", ctx);
-    if (threads) sy_buf_printf(x->ini, "threads = %s\n", threads);
-    if (parallel) sy_buf_printf(x->ini, "parallel = %s\n", parallel);
+    sy_buf_puts(x->ini, "plugin = gguf-quant\n");
+    put_value(x, kp, "path", model);
+    if (ctx) put_value(x, kp, "ctx_size", ctx);
+    if (threads) put_value(x, kp, "threads", threads);
+    if (parallel) put_value(x, kp, "parallel", parallel);
     if (sampling.len) {
-        sy_buf_printf(x->ini, "; sampling defaults of its llama-server command: %s\n", sampling.data);
+        bool printable = sampling.len < 150;
+        for (size_t i = 0; printable && i < sampling.len; i++)
+            printable = (unsigned char)sampling.data[i] >= 0x20 && sampling.data[i] != 0x7f;
+        if (printable) sy_buf_printf(x->ini, "; sampling defaults of its llama-server command: %s\n", sampling.data);
         note(x, kp, "sampling defaults (%s) are not model keys of this config; written as a comment", sampling.data);
     }
     sy_buf_free(&sampling);
@@ -376,7 +401,9 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
     x->models[x->n_models++] = sy_strdup(name);
     char *c = command_text(x, macros, cmd);
     bool native = x->native && import_native(x, name, path, c);
-    if (!native) put_text(x, "cmd", c);
+    char cp[320];
+    snprintf(cp, sizeof cp, "%.300s.cmd", path);
+    if (!native) put_value(x, cp, "cmd", c);
     free(c);
     static const char *const process_only[] = {"cmdStop", "env", "proxy", "checkEndpoint", "useModelName",
                                                "timeouts", "unloadTimeout"};
@@ -397,34 +424,28 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
         if (skip) continue;
         if (strcmp(k, "cmdStop") == 0 && s) {
             char *t = command_text(x, macros, s);
-            put_text(x, "cmd_stop", t);
+            put_value(x, kp, "cmd_stop", t);
             free(t);
         } else if ((strcmp(k, "proxy") == 0 || strcmp(k, "checkEndpoint") == 0 || strcmp(k, "useModelName") == 0 ||
                     strcmp(k, "name") == 0 || strcmp(k, "description") == 0) && s) {
             const char *key = strcmp(k, "proxy") == 0 ? "proxy" : strcmp(k, "checkEndpoint") == 0 ? "check_endpoint"
                               : strcmp(k, "useModelName") == 0 ? "use_model_name" : k;
             char *t = apply_macros(x, macros, s);
-            sy_buf line;
-            sy_buf_init(&line);
-            if (!one_line(t, &line) || line.len == 0)
-                note(x, kp, "empty or holds control characters; dropped");
-            else if (strstr(line.data, " ;") != NULL)
-                note(x, kp, "holds ' ;', which starts an INI comment; dropped");
-            else
-                put_text(x, key, line.data);
-            sy_buf_free(&line);
+            put_value(x, kp, key, t);
             free(t);
         } else if (strcmp(k, "ttl") == 0 && s) {
-            sy_buf_printf(x->ini, "ttl = %s\n", s);
+            put_value(x, kp, "ttl", s);
         } else if (strcmp(k, "unloadTimeout") == 0 && s) {
-            sy_buf_printf(x->ini, "stop_grace = %s\n", s);
+            put_value(x, kp, "stop_grace", s);
         } else if (strcmp(k, "unlisted") == 0 && s) {
-            sy_buf_printf(x->ini, "unlisted = %s\n", s);
+            put_value(x, kp, "unlisted", s);
         } else if (strcmp(k, "env") == 0 && v && v->type == YAML_SEQUENCE_NODE) {
             bool firstline = true;
             for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
                 const char *e = scalar(node(x, *i));
-                if (e == NULL || strchr(e, '=') == NULL || strchr(e, '\n') || strlen(e) > INI_LINE_MAX) {
+                bool ok = e != NULL && strchr(e, '=') != NULL && strlen(e) <= INI_LINE_MAX - 8 && strstr(e, " ;") == NULL;
+                for (const char *q = e; ok && *q; q++) ok = (unsigned char)*q >= 0x20 && *q != 0x7f;
+                if (!ok) {
                     note(x, kp, "an item that is not a one-line NAME=VALUE; dropped");
                     continue;
                 }
@@ -442,7 +463,7 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
                 }
                 sy_buf_printf(&list, "%s%s", list.len ? ", " : "", a);
             }
-            if (list.len) sy_buf_printf(x->ini, "aliases = %s\n", list.data);
+            if (list.len) put_value(x, kp, "aliases", list.data);
             sy_buf_free(&list);
         } else if (strcmp(k, "metadata") == 0) {
             x->cur_macros = macros, x->cur_model = name;
@@ -453,16 +474,16 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
                             "written");
         } else if (strcmp(k, "filters") == 0 && v && v->type == YAML_MAPPING_NODE) {
             const char *strip = scalar(get(x, v, "stripParams"));
-            if (strip) sy_buf_printf(x->ini, "strip_params = %s\n", strip);
+            if (strip) put_value(x, kp, "strip_params", strip);
             if (get(x, v, "setParams")) put_json(x, kp, "set_params", get(x, v, "setParams"));
             if (get(x, v, "setParamsByID")) note(x, kp, "setParamsByID: no per-alias parameters; dropped");
         } else if (strcmp(k, "timeouts") == 0 && v && v->type == YAML_MAPPING_NODE) {
             for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
                 const char *tk = scalar(node(x, q->key)), *tv = scalar(node(x, q->value));
                 if (tk && tv && strcmp(tk, "connect") == 0 && strcmp(tv, "0") != 0)
-                    sy_buf_printf(x->ini, "connect_timeout = %s\n", tv);
+                    put_value(x, kp, "connect_timeout", tv);
                 else if (tk && tv && strcmp(tk, "responseHeader") == 0)
-                    sy_buf_printf(x->ini, "header_timeout = %s\n", tv);
+                    put_value(x, kp, "header_timeout", tv);
                 else
                     note(x, kp, "%s: not a timeout switchyard sets (connect and responseHeader are); dropped",
                          tk ? tk : "?");
@@ -484,7 +505,7 @@ static void import_model(imp *x, const char *name, yaml_node_t *m, const char *g
         }
     }
     if (get(x, m, "ttl") == NULL && global_ttl != NULL && strcmp(global_ttl, "0") != 0)
-        sy_buf_printf(x->ini, "ttl = %s\n", global_ttl);
+        put_value(x, "globalTTL", "ttl", global_ttl);
     sy_buf_append(x->ini, "\n", 1);
 }
 
@@ -528,9 +549,9 @@ static void import_groups(imp *x, yaml_node_t *groups, const char *path) {
         static const char *const flags[] = {"swap", "exclusive", "persistent"};
         for (size_t k = 0; k < 3; k++) {
             const char *f = scalar(get(x, v, flags[k]));
-            if (f) sy_buf_printf(x->ini, "%s = %s\n", flags[k], f);
+            if (f) put_value(x, gp, flags[k], f);
         }
-        put_text(x, "members", members.data);
+        put_value(x, gp, "members", members.data);
         sy_buf_append(x->ini, "\n", 1);
         sy_buf_free(&members);
     }
@@ -562,21 +583,22 @@ static void import_peers(imp *x, yaml_node_t *peers) {
             x->models[x->n_models++] = sy_strdup(m);
             sy_buf_printf(&models, "%s%s", models.len ? ", " : "", m);
         }
-        sy_buf_printf(x->ini, "[peer.%s]\nurl = %s\n", name, url);
+        sy_buf_printf(x->ini, "[peer.%s]\n", name);
+        put_value(x, pp, "url", url);
         const char *key = scalar(get(x, v, "apiKey"));
         if (key != NULL) {
             char *k = resolve_env(key);
             if (k == NULL)
                 note(x, pp, "apiKey '%s' names an unset environment variable; set it and import again", key);
             else
-                sy_buf_printf(x->ini, "api_key = %s\n", k);
+                put_value(x, pp, "api_key", k);
             free(k);
         }
-        if (models.len) put_text(x, "models", models.data);
+        if (models.len) put_value(x, pp, "models", models.data);
         yaml_node_t *filters = get(x, v, "filters");
         if (filters != NULL) {
             const char *strip = scalar(get(x, filters, "stripParams"));
-            if (strip) sy_buf_printf(x->ini, "strip_params = %s\n", strip);
+            if (strip) put_value(x, pp, "strip_params", strip);
             char fp[340];
             snprintf(fp, sizeof fp, "%s.filters.setParams", pp);
             if (get(x, filters, "setParams")) put_json(x, fp, "set_params", get(x, filters, "setParams"));
@@ -625,16 +647,12 @@ static void import_selectors(imp *x, yaml_node_t *sels) {
         x->selectors[x->n_selectors] = sy_strdup(name);
         x->n_selectors++;
         sy_buf_printf(x->ini, "[selector.%s]\nstrategy = %s\n", name, strategy);
-        put_text(x, "targets", targets.data);
+        put_value(x, sp, "targets", targets.data);
         const char *spill = scalar(get(x, get(x, v, "settings"), "spillover"));
-        if (spill) sy_buf_printf(x->ini, "spillover = %s\n", spill);
+        if (spill) put_value(x, sp, "spillover", spill);
         const char *dn = scalar(get(x, v, "name")), *desc = scalar(get(x, v, "description"));
-        sy_buf line;
-        sy_buf_init(&line);
-        if (dn && one_line(dn, &line) && line.len) put_text(x, "name", line.data);
-        sy_buf_clear(&line);
-        if (desc && one_line(desc, &line) && line.len) put_text(x, "description", line.data);
-        sy_buf_free(&line);
+        if (dn) put_value(x, sp, "name", dn);
+        if (desc) put_value(x, sp, "description", desc);
         if (get(x, v, "metadata")) note(x, sp, "metadata: selectors carry none here; dropped");
         sy_buf_append(x->ini, "\n", 1);
         sy_buf_free(&targets);
@@ -694,10 +712,10 @@ int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source
         yaml_document_delete(&doc);
         return -1;
     }
-    sy_buf_printf(ini, "; imported from %s by switchyard import-config (see docs/config.md)\n\n[host]\n", source);
+    sy_buf_puts(ini, "; imported by switchyard import-config (see docs/config.md)\n\n[host]\n");
     const char *v;
-    if ((v = scalar(get(&x, root, "startPort")))) sy_buf_printf(ini, "start_port = %s\n", v);
-    if ((v = scalar(get(&x, root, "healthCheckTimeout")))) sy_buf_printf(ini, "load_timeout = %s\n", v);
+    if ((v = scalar(get(&x, root, "startPort")))) put_value(&x, "startPort", "start_port", v);
+    if ((v = scalar(get(&x, root, "healthCheckTimeout")))) put_value(&x, "healthCheckTimeout", "load_timeout", v);
     if ((v = scalar(get(&x, root, "logLevel"))))
         sy_buf_printf(ini, "log_level = %s\n", strcmp(v, "warn") == 0 || strcmp(v, "error") == 0 || strcmp(v, "debug") == 0 ? v : "info");
     yaml_node_t *keys = get(&x, root, "apiKeys");
@@ -715,7 +733,7 @@ int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source
                 sy_buf_printf(&list, "%s%s", list.len ? ", " : "", r);
             free(r);
         }
-        if (list.len) sy_buf_printf(ini, "api_keys = %s\n", list.data);
+        if (list.len) put_value(&x, "apiKeys", "api_keys", list.data);
         sy_buf_free(&list);
     }
     sy_buf_append(ini, "\n", 1);
@@ -728,7 +746,12 @@ int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source
             const char *k = scalar(node(&x, p->key)), *mv = scalar(node(&x, p->value));
             sy_buf line;
             sy_buf_init(&line);
-            if (k == NULL || mv == NULL || !one_line(mv, &line) || line.len > INI_LINE_MAX || strstr(line.data ? line.data : "", " ;"))
+            bool name_ok = k != NULL && k[0] != '\0' && strlen(k) <= 64;
+            for (const char *q = k; name_ok && *q; q++)
+                name_ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                          *q == '_' || *q == '-';
+            if (!name_ok || mv == NULL || !one_line(mv, &line) || line.len + strlen(k) + 3 > INI_LINE_MAX ||
+                strstr(line.data ? line.data : "", " ;"))
                 note(&x, "macros", "'%s' is not a one-line value an INI line holds; dropped", k ? k : "?");
             else
                 sy_buf_printf(ini, "%s = %s\n", k, line.len ? line.data : "");
