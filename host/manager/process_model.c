@@ -285,6 +285,9 @@ static void child_exec(spawn_job *j, pid_t parent, int status_fd) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    /* Should switchyard run with 0, 1 or 2 closed, the pipes may sit there: move them out of the way first. */
+    if (status_fd < 3) status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 3);
+    if (j->out_fd >= 0 && j->out_fd < 3) j->out_fd = fcntl(j->out_fd, F_DUPFD, 3);
     int null_fd = open("/dev/null", O_RDWR);
     if (null_fd >= 0) dup2(null_fd, 0);
     int out = j->out_fd >= 0 ? j->out_fd : null_fd;
@@ -293,8 +296,8 @@ static void child_exec(spawn_job *j, pid_t parent, int status_fd) {
         dup2(out, 2);
     }
     /* Nothing of switchyard's (listening socket, model files) reaches the child. */
-    for (int fd = 3; fd < 1024; fd++)
-        if (fd != status_fd) close(fd);
+    if (status_fd > 3) close_range(3, (unsigned)status_fd - 1, 0);
+    close_range((unsigned)status_fd + 1, ~0U, 0);
     execvpe(j->argv[0], j->argv, j->envp);
     int e = errno;
     ssize_t w = write(status_fd, &e, sizeof e);
