@@ -237,6 +237,19 @@ def t_swap_and_proxy(_):
         check("env FAKE_TAG=a,b)" in text, "the env item with a comma did not reach the child")
         st, _, logs = srv.request("GET", "/logs?model=proc")
         check(logs.decode().startswith("fake-upstream proc"), f"/logs?model=proc: {logs[:200]!r}")
+        # /logs/stream: what is kept, then new lines as they come.
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        conn.request("GET", "/logs/stream")
+        stream = conn.getresponse()
+        check(stream.status == 200, f"/logs/stream: {stream.status}")
+        marker = f"/echo-path/stream-marker-{os.getpid()}".encode()
+        srv.json("GET", "/upstream/proc" + marker.decode())  # logged by the upstream after the stream began
+        seen = b""
+        deadline = time.time() + 10
+        while b"[proc] fake-upstream proc: \"GET " + marker not in seen and time.time() < deadline:
+            seen += stream.read1(65536)
+        conn.close()
+        check(b"[proc] fake-upstream proc: \"GET " + marker in seen, f"/logs/stream: {seen[-600:]!r}")
         # /v1/models: name, description, metadata; unlisted models left out.
         st, models = srv.json("GET", "/v1/models")
         ids = [m["id"] for m in models["data"]]
