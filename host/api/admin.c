@@ -88,6 +88,10 @@ void sy_api_running(sy_http_request *r) {
         cJSON_AddNumberToObject(o, "device_bytes", (double)st[i].device_bytes);
         cJSON_AddNumberToObject(o, "slots_busy", st[i].sched.slots_busy);
         cJSON_AddNumberToObject(o, "queue_depth", st[i].sched.queue_depth);
+        if (st[i].pid != 0) { /* a process model: its child, and the requests it is serving */
+            cJSON_AddNumberToObject(o, "pid", st[i].pid);
+            cJSON_AddNumberToObject(o, "in_flight", st[i].in_flight);
+        }
         cJSON_AddItemToArray(running, o);
     }
     free(st);

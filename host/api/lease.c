@@ -31,6 +31,21 @@ int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, s
     }
     if (sy_api_stopping(sy_api_ctx(r)))
         return sy_api_fail(e, 503, "server_stopping", NULL, "the server is shutting down");
+    /* A selector names the model it chooses now. */
+    char chosen[SY_CONFIG_MAX_NAME_LEN + 1];
+    if (sy_model_manager_resolve(sy_api_manager(sy_api_ctx(r)), requested, chosen, sizeof chosen)) requested = chosen;
+    /* Models that are processes or peers speak for themselves: only the proxied OpenAI routes reach them. */
+    const sy_config *cfg = sy_api_config_acquire(sy_api_ctx(r));
+    const sy_config_model *cm = sy_config_find_model(cfg, requested);
+    bool upstream = cm != NULL && (cm->cmd != NULL || cm->peer != NULL), is_peer = cm != NULL && cm->peer != NULL;
+    char canonical[SY_CONFIG_MAX_NAME_LEN + 1];
+    snprintf(canonical, sizeof canonical, "%s", cm ? cm->name : "");
+    sy_api_config_release(sy_api_ctx(r), cfg);
+    if (upstream)
+        return sy_api_fail(e, 400, "model_not_supported", "model",
+                           "model %s is served by another server (%s): %s is answered only by switchyard's own "
+                           "engines; use the OpenAI API (/v1/...), which is forwarded to it",
+                           canonical, is_peer ? "a peer" : "a process", sy_http_path(r));
     sy_http_keep_open(r);
     double t0 = sy_now_seconds();
     char err[900] = "";

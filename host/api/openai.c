@@ -554,6 +554,11 @@ static cJSON *model_object(const sy_config_model *cm) {
     cJSON_AddStringToObject(o, "owned_by", "switchyard");
     cJSON *aliases = cJSON_AddArrayToObject(o, "aliases");
     for (size_t i = 0; i < cm->aliases.count; i++) cJSON_AddItemToArray(aliases, cJSON_CreateString(cm->aliases.items[i]));
+    /* llama-swap's name, description and metadata (under meta.llamaswap, where its clients look). */
+    if (cm->display_name) cJSON_AddStringToObject(o, "name", cm->display_name);
+    if (cm->description) cJSON_AddStringToObject(o, "description", cm->description);
+    cJSON *metadata = cm->metadata ? cJSON_Parse(cm->metadata) : NULL;
+    if (metadata != NULL) cJSON_AddItemToObject(cJSON_AddObjectToObject(o, "meta"), "llamaswap", metadata);
     return o;
 }
 
@@ -563,7 +568,22 @@ void sy_api_openai_models(sy_http_request *r) {
     cJSON *json = cJSON_CreateObject();
     cJSON_AddStringToObject(json, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(json, "data");
-    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(data, model_object(&cfg->models[i]));
+    for (size_t i = 0; cfg && i < cfg->n_models; i++)
+        if (!cfg->models[i].unlisted) cJSON_AddItemToArray(data, model_object(&cfg->models[i]));
+    for (size_t i = 0; cfg && i < cfg->n_selectors; i++) { /* llama-swap's selectors: names that choose a model */
+        const sy_config_selector *sel = &cfg->selectors[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", sel->name);
+        cJSON_AddStringToObject(o, "object", "model");
+        cJSON_AddNumberToObject(o, "created", 0);
+        cJSON_AddStringToObject(o, "owned_by", "switchyard");
+        if (sel->display_name) cJSON_AddStringToObject(o, "name", sel->display_name);
+        if (sel->description) cJSON_AddStringToObject(o, "description", sel->description);
+        cJSON *targets = cJSON_AddArrayToObject(o, "targets");
+        for (size_t k = 0; k < sel->targets.count; k++)
+            cJSON_AddItemToArray(targets, cJSON_CreateString(sel->targets.items[k]));
+        cJSON_AddItemToArray(data, o);
+    }
     sy_api_config_release(srv, cfg);
     sy_http_respond_json(r, 200, json);
 }

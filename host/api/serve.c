@@ -3,6 +3,7 @@
 #include "api/admin.h"
 #include "api/ollama.h"
 #include "api/openai.h"
+#include "api/proxy.h"
 #include "api/slots.h"
 
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
@@ -28,6 +29,18 @@ static const sy_http_route routes[] = {
     {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
     {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
     {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
+    /* llama-swap's: a process or peer model's own server, and the captured logs. */
+    {GET | POST, "/upstream/", true, "/upstream/{model}", OPENAI, false, sy_api_upstream},
+    {GET, "/logs", false, "/logs", OPENAI, false, sy_api_logs},
+    {GET, "/logs/stream", false, "/logs/stream", OPENAI, false, sy_api_logs_stream},
+    /* OpenAI routes only upstreams answer here (the intercept forwards them); last, so that a route of our own
+     * engines for the same path, listed above, wins. */
+    {POST, "/v1/embeddings", false, "/v1/embeddings", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/audio/", true, "/v1/audio/{op}", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/rerank", false, "/v1/rerank", OPENAI, false, sy_api_proxy_only},
+    {POST, "/rerank", false, "/rerank", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/responses", false, "/v1/responses", OPENAI, false, sy_api_proxy_only},
+    {POST, "/v1/images/generations", false, "/v1/images/generations", OPENAI, false, sy_api_proxy_only},
 };
 
 const sy_http_route *sy_api_routes(size_t *n) {
@@ -43,6 +56,7 @@ sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_m
     o.app = c;
     o.authorize = sy_api_check_key;
     o.on_done = sy_api_request_done;
+    o.intercept = sy_api_proxy_intercept; /* models that are processes or peers */
     sy_server *server = sy_server_start(&o, err, err_size);
     if (server == NULL) {
         sy_api_context_free(c);

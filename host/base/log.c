@@ -24,14 +24,22 @@ int sy_log_parse_level(const char *s, sy_log_level *out) {
     return -1;
 }
 
+static void (*_Atomic log_sink)(const char *line);
+
+void sy_log_set_sink(void (*sink)(const char *line)) { atomic_store(&log_sink, sink); }
+
 static void emit(sy_log_level level, const char *who, const char *text) {
     if ((int)level > atomic_load(&current_level) || (int)level < 0 || (int)level > 3) return;
-    pthread_mutex_lock(&log_lock);
+    char line[2400];
     if (who != NULL)
-        fprintf(stderr, "switchyard: %s: [%s] %s\n", level_names[level], who, text);
+        snprintf(line, sizeof line, "switchyard: %s: [%s] %s\n", level_names[level], who, text);
     else
-        fprintf(stderr, "switchyard: %s: %s\n", level_names[level], text);
+        snprintf(line, sizeof line, "switchyard: %s: %s\n", level_names[level], text);
+    pthread_mutex_lock(&log_lock);
+    fputs(line, stderr);
     pthread_mutex_unlock(&log_lock);
+    void (*sink)(const char *) = atomic_load(&log_sink);
+    if (sink != NULL) sink(line);
 }
 
 void sy_log(sy_log_level level, const char *fmt, ...) {

@@ -47,6 +47,8 @@ static void usage(FILE *out) {
             "  --log-level LEVEL       error, warn, info or debug (default: [host] log_level, else info)\n"
             "  --drain-timeout SECONDS at SIGTERM/SIGINT, let work in flight finish for up to this long while new\n"
             "                          work gets 503 + Retry-After, then cut it (default: [host] drain_timeout, 0)\n"
+            "  --check-config          read and check the config (engine keys against the plugins), print its\n"
+            "                          warnings and errors, and exit: 0 when it can be served, 1 otherwise\n"
             "KV snapshots (warm slots are saved to the resume path at unload and shutdown; see\n"
             "docs/snapshot-format.md):\n"
             "  --resume                restore the warm KV snapshots in the resume path when models load\n"
@@ -57,7 +59,7 @@ static void usage(FILE *out) {
 
 enum {
     OPT_CONFIG = 1000, OPT_LISTEN, OPT_PLUGIN_DIR, OPT_WATCH, OPT_RESUME, OPT_RESUME_PATH, OPT_RESUME_NO_HOST_CACHE,
-    OPT_LOG_LEVEL, OPT_DRAIN_TIMEOUT
+    OPT_LOG_LEVEL, OPT_DRAIN_TIMEOUT, OPT_CHECK_CONFIG
 };
 
 typedef struct serve_state {
@@ -137,6 +139,7 @@ int sy_cmd_serve(int argc, char **argv) {
         {"resume-no-host-cache", no_argument, NULL, OPT_RESUME_NO_HOST_CACHE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
+        {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -144,7 +147,7 @@ int sy_cmd_serve(int argc, char **argv) {
     memset(&st, 0, sizeof st);
     st.drain_timeout_override = -1;
     const char *plugin_dir = NULL;
-    bool watch = false;
+    bool watch = false, check_only = false;
     sy_log_level level = SY_LOG_INFO;
     int c;
     optind = 1;
@@ -154,6 +157,7 @@ int sy_cmd_serve(int argc, char **argv) {
         case OPT_LISTEN: st.listen_override = optarg; break;
         case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
         case OPT_WATCH: watch = true; break;
+        case OPT_CHECK_CONFIG: check_only = true; break;
         case OPT_RESUME: st.resume = true; break;
         case OPT_RESUME_PATH: st.resume_path_override = optarg; break;
         case OPT_RESUME_NO_HOST_CACHE: st.resume_no_host_cache = true; break;
@@ -228,6 +232,13 @@ int sy_cmd_serve(int argc, char **argv) {
         sy_config_free(cfg);
         sy_plugin_registry_close(&reg);
         return 1;
+    }
+    if (check_only) {
+        fprintf(stderr, "switchyard: %s: ok (%zu models, %zu groups, %zu peers)\n", st.config_path, cfg->n_models,
+                cfg->n_groups, cfg->n_peers);
+        sy_config_free(cfg);
+        sy_plugin_registry_close(&reg);
+        return 0;
     }
 
     st.mm = sy_model_manager_create(cfg, &reg);

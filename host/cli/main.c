@@ -23,6 +23,7 @@ static const verb verbs[] = {
     {"bench", sy_cmd_bench, "load time, first-token latency, prefill and decode tokens/s, memory"},
     {"quantize", sy_cmd_quantize, "write a GGUF file of a quantization type (Q4_K_M, Q8_0, ...) from GGUF or SafeTensors"},
     {"serve", sy_cmd_serve, "HTTP server with the OpenAI and Ollama APIs over the configured models"},
+    {"import-config", sy_cmd_import_config, "print a llama-swap YAML config as switchyard INI (what it drops: stderr)"},
 };
 
 static void usage(FILE *out) {

@@ -18,6 +18,7 @@
 #include "base/option_schema.h"
 #include "base/util.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -41,7 +42,11 @@ typedef enum value_type {
     V_LOG_LEVEL,
     V_DRAFT,
     V_NAME_LIST, /* aliases, members */
-    V_KEY_LIST   /* api_keys */
+    V_KEY_LIST,  /* api_keys */
+    V_TEXT,      /* free text (cmd, proxy, ...): indented lines continue it, joined with a space */
+    V_ENV_LIST,  /* NAME=VALUE items: a comma starts a new item only before NAME= (values may hold commas) */
+    V_JSON_OBJECT, /* a JSON object (set_params, metadata); indented lines continue it */
+    V_STRATEGY    /* a selector's strategy */
 } value_type;
 
 typedef struct key_spec {
@@ -73,6 +78,7 @@ static const key_spec host_keys[] = {
     {"max_request_body", V_SIZE, HOST_FIELD(max_request_body), 1024, (uint64_t)1 << 30},
     {"resume_max_bytes", V_SIZE, HOST_FIELD(resume_max_bytes), (uint64_t)1 << 20, (uint64_t)1 << 50},
     {"load_timeout", V_SECONDS, HOST_FIELD(load_timeout_s), 1, 86400},
+    {"start_port", V_U32, HOST_FIELD(start_port), 1, 65535},
 };
 
 static const key_spec model_keys[] = {
@@ -92,6 +98,23 @@ static const key_spec model_keys[] = {
     {"max_queue", V_U32, MODEL_FIELD(max_queue), 0, 65536},
     {"queue_timeout", V_SECONDS, MODEL_FIELD(queue_timeout_s), 0, 86400},
     {"prefix_cache_tokens", V_U32, MODEL_FIELD(prefix_cache_tokens), 0, (uint64_t)1 << 24},
+    /* Process models (llama-swap's cmd, cmdStop, env, checkEndpoint, proxy, useModelName, filters). */
+    {"cmd", V_TEXT, MODEL_FIELD(cmd), 0, 0},
+    {"cmd_stop", V_TEXT, MODEL_FIELD(cmd_stop), 0, 0},
+    {"env", V_ENV_LIST, MODEL_FIELD(env), 0, 0},
+    {"check_endpoint", V_TEXT, MODEL_FIELD(check_endpoint), 0, 0},
+    {"proxy", V_TEXT, MODEL_FIELD(proxy), 0, 0},
+    {"use_model_name", V_TEXT, MODEL_FIELD(use_model_name), 0, 0},
+    {"memory", V_SIZE, MODEL_FIELD(memory), 0, (uint64_t)1 << 50},
+    {"connect_timeout", V_SECONDS, MODEL_FIELD(connect_timeout_s), 1, 3600},
+    {"header_timeout", V_SECONDS, MODEL_FIELD(header_timeout_s), 0, 86400},
+    {"stop_grace", V_SECONDS, MODEL_FIELD(stop_grace_s), 0, 3600},
+    {"strip_params", V_NAME_LIST, MODEL_FIELD(strip_params), 0, 0},
+    {"set_params", V_JSON_OBJECT, MODEL_FIELD(set_params), 0, 0},
+    {"unlisted", V_BOOL, MODEL_FIELD(unlisted), 0, 0},
+    {"name", V_TEXT, MODEL_FIELD(display_name), 0, 0},
+    {"description", V_TEXT, MODEL_FIELD(description), 0, 0},
+    {"metadata", V_JSON_OBJECT, MODEL_FIELD(metadata), 0, 0},
     /* Every other key is a load option of the model's plugin, checked against what the plugin declares
      * ("sy.plugin.options/1") by sy_config_check_options. */
 };
@@ -103,8 +126,26 @@ static const key_spec group_keys[] = {
     {"members", V_NAME_LIST, GROUP_FIELD(members), 0, 0},
 };
 
+#define PEER_FIELD(f) offsetof(sy_config_peer, f)
+static const key_spec peer_keys[] = {
+    {"url", V_TEXT, PEER_FIELD(url), 0, 0},
+    {"api_key", V_TEXT, PEER_FIELD(api_key), 0, 0},
+    {"models", V_NAME_LIST, PEER_FIELD(models), 0, 0},
+    {"strip_params", V_NAME_LIST, PEER_FIELD(strip_params), 0, 0},
+    {"set_params", V_JSON_OBJECT, PEER_FIELD(set_params), 0, 0},
+};
+
+#define SELECTOR_FIELD(f) offsetof(sy_config_selector, f)
+static const key_spec selector_keys[] = {
+    {"strategy", V_STRATEGY, SELECTOR_FIELD(strategy), 0, 0},
+    {"targets", V_NAME_LIST, SELECTOR_FIELD(targets), 0, 0},
+    {"spillover", V_U32, SELECTOR_FIELD(spillover), 1, 65536},
+    {"name", V_TEXT, SELECTOR_FIELD(display_name), 0, 0},
+    {"description", V_TEXT, SELECTOR_FIELD(description), 0, 0},
+};
+
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-#define MAX_SECTION_KEYS 32
+#define MAX_SECTION_KEYS 48
 _Static_assert(COUNT_OF(host_keys) <= MAX_SECTION_KEYS, "seen[] too small");
 _Static_assert(COUNT_OF(model_keys) <= MAX_SECTION_KEYS, "seen[] too small");
 _Static_assert(COUNT_OF(group_keys) <= MAX_SECTION_KEYS, "seen[] too small");
@@ -122,6 +163,9 @@ typedef enum section_kind {
     SEC_HOST,
     SEC_MODEL,
     SEC_GROUP,
+    SEC_PEER,
+    SEC_SELECTOR,
+    SEC_MACROS,
     SEC_UNKNOWN, /* warned about at its header; its keys are skipped */
     SEC_IGNORED  /* a header with an error; its keys are skipped */
 } section_kind;
@@ -157,6 +201,8 @@ typedef struct parse_ctx {
     unsigned host_seen[MAX_SECTION_KEYS];
     section_meta *model_meta; /* parallel to cfg->models */
     section_meta *group_meta; /* parallel to cfg->groups */
+    unsigned peer_seen[SY_CONFIG_MAX_PEERS][COUNT_OF(peer_keys)]; /* each peer's key lines */
+    unsigned selector_seen[SY_CONFIG_MAX_PEERS][COUNT_OF(selector_keys)];
     size_t n_group_meta;      /* groups with a section (implicit ones are added at the end) */
     size_t n_names;           /* model names + aliases so far */
 
@@ -535,6 +581,8 @@ static void *section_object(parse_ctx *c) {
     case SEC_HOST: return &c->cfg->host;
     case SEC_MODEL: return &c->cfg->models[c->index];
     case SEC_GROUP: return &c->cfg->groups[c->index];
+    case SEC_PEER: return &c->cfg->peers[c->index];
+    case SEC_SELECTOR: return &c->cfg->selectors[c->index];
     default: return NULL;
     }
 }
@@ -601,6 +649,59 @@ static void set_list(parse_ctx *c, const key_spec *spec, void *obj, const char *
         p = comma != NULL ? comma + 1 : NULL;
     }
     free(copy);
+}
+
+/* NAME=VALUE items, for env: a comma followed by NAME= starts the next item, so values may hold commas
+ * (CUDA_VISIBLE_DEVICES=0,1). */
+static bool env_name_at(const char *p, size_t *len) {
+    size_t n = 0;
+    while (is_blank(*p)) p++, n++;
+    size_t start = n;
+    if (!((p[0] >= 'A' && p[0] <= 'Z') || (p[0] >= 'a' && p[0] <= 'z') || p[0] == '_')) return false;
+    while (is_alnum(p[n - start]) || p[n - start] == '_') n++;
+    if (p[n - start] != '=') return false;
+    *len = n;
+    return true;
+}
+
+static void set_env_list(parse_ctx *c, const key_spec *spec, void *obj, const char *value) {
+    char q[QUOTE_BUF];
+    sy_config_list *list = (sy_config_list *)((char *)obj + spec->offset);
+    const char *p = value;
+    while (*p != '\0') {
+        size_t name_len;
+        if (!env_name_at(p, &name_len)) {
+            key_error(c, spec->name, "%s is not NAME=VALUE", quoted(p, q, sizeof q));
+            return;
+        }
+        const char *end = p + name_len;
+        for (;;) {
+            const char *comma = strchr(end, ',');
+            size_t next;
+            if (comma == NULL) {
+                end += strlen(end);
+                break;
+            }
+            if (env_name_at(comma + 1, &next)) {
+                end = comma;
+                break;
+            }
+            end = comma + 1;
+        }
+        while (is_blank(*p)) p++;
+        size_t n = (size_t)(end - p);
+        while (n > 0 && is_blank(p[n - 1])) n--;
+        if (list->count >= SY_CONFIG_MAX_LIST_ITEMS) {
+            key_error(c, spec->name, "more than %d items", SY_CONFIG_MAX_LIST_ITEMS);
+            return;
+        }
+        char *item = sy_xmalloc(n + 1);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        list_append(list, item, c->lineno);
+        free(item);
+        p = *end == ',' ? end + 1 : end;
+    }
 }
 
 static void set_number(parse_ctx *c, const key_spec *spec, void *obj, const char *value) {
@@ -718,6 +819,25 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
     }
     case V_NAME_LIST:
     case V_KEY_LIST: set_list(c, spec, obj, value); return;
+    case V_TEXT:
+        if (value[0] == '\0') {
+            key_error(c, spec->name, "the value is empty");
+            return;
+        }
+        set_string((char **)field_addr, sy_strdup(value));
+        return;
+    case V_ENV_LIST: set_env_list(c, spec, obj, value); return;
+    case V_STRATEGY: {
+        sy_config_selector *sel = obj;
+        if (strcmp(value, "warm") == 0) sel->strategy = SY_SELECT_WARM;
+        else if (strcmp(value, "pin") == 0) sel->strategy = SY_SELECT_PIN;
+        else if (strcmp(value, "spillover") == 0) sel->strategy = SY_SELECT_SPILLOVER;
+        else key_error(c, spec->name, "%s is not a strategy (warm, pin or spillover)", quoted(value, q, sizeof q));
+        return;
+    }
+    case V_JSON_OBJECT: /* may continue on indented lines: checked once the section is read (check_models) */
+        set_string((char **)field_addr, sy_strdup(value));
+        return;
     }
 }
 
@@ -734,6 +854,9 @@ static void model_defaults(sy_config_model *m) {
     m->max_queue = 64;
     m->queue_timeout_s = 600;
     m->prefix_cache_tokens = SY_CONFIG_DEFAULT_PREFIX_CACHE_TOKENS;
+    m->connect_timeout_s = 10;
+    m->header_timeout_s = 600;
+    m->stop_grace_s = 5;
 }
 
 static void group_defaults(sy_config_group *g) {
@@ -847,7 +970,68 @@ static void begin_section(parse_ctx *c, const char *raw, size_t raw_len) {
         c->seen = c->group_meta[c->index].seen;
         return;
     }
-    diag(c, false, line, NULL, NULL, "unknown section [%s] is ignored (known: [host], [model.NAME], [group.NAME])",
+    if (strcmp(name, "macros") == 0) {
+        c->section = SEC_MACROS;
+        return;
+    }
+    if (strncmp(name, "peer.", 5) == 0) {
+        const char *peer = name + 5;
+        if (!is_name(peer)) {
+            diag(c, true, line, c->section_label, NULL, "%s is not a peer name", quoted(peer, q, sizeof q));
+            return;
+        }
+        for (size_t i = 0; i < cfg->n_peers; i++)
+            if (strcmp(cfg->peers[i].name, peer) == 0) {
+                diag(c, true, line, c->section_label, NULL, "peer '%s' is defined twice (first at line %u)", peer,
+                     cfg->peers[i].line);
+                return;
+            }
+        if (cfg->n_peers >= SY_CONFIG_MAX_PEERS) {
+            diag(c, true, line, c->section_label, NULL, "more than %d peers", SY_CONFIG_MAX_PEERS);
+            return;
+        }
+        cfg->peers = sy_xrealloc(cfg->peers, (cfg->n_peers + 1) * sizeof *cfg->peers);
+        sy_config_peer *p = &cfg->peers[cfg->n_peers];
+        memset(p, 0, sizeof *p);
+        p->name = sy_strdup(peer);
+        p->line = line;
+        memset(c->peer_seen[cfg->n_peers], 0, sizeof c->peer_seen[cfg->n_peers]);
+        c->index = cfg->n_peers++;
+        c->section = SEC_PEER;
+        c->seen = c->peer_seen[c->index];
+        return;
+    }
+    if (strncmp(name, "selector.", 9) == 0) {
+        const char *sname = name + 9;
+        if (!is_name(sname)) {
+            diag(c, true, line, c->section_label, NULL, "%s is not a selector name", quoted(sname, q, sizeof q));
+            return;
+        }
+        for (size_t i = 0; i < cfg->n_selectors; i++)
+            if (strcmp(cfg->selectors[i].name, sname) == 0) {
+                diag(c, true, line, c->section_label, NULL, "selector '%s' is defined twice (first at line %u)",
+                     sname, cfg->selectors[i].line);
+                return;
+            }
+        if (cfg->n_selectors >= SY_CONFIG_MAX_PEERS) {
+            diag(c, true, line, c->section_label, NULL, "more than %d selectors", SY_CONFIG_MAX_PEERS);
+            return;
+        }
+        cfg->selectors = sy_xrealloc(cfg->selectors, (cfg->n_selectors + 1) * sizeof *cfg->selectors);
+        sy_config_selector *sel = &cfg->selectors[cfg->n_selectors];
+        memset(sel, 0, sizeof *sel);
+        sel->name = sy_strdup(sname);
+        sel->spillover = 1;
+        sel->line = line;
+        memset(c->selector_seen[cfg->n_selectors], 0, sizeof c->selector_seen[cfg->n_selectors]);
+        c->index = cfg->n_selectors++;
+        c->section = SEC_SELECTOR;
+        c->seen = c->selector_seen[c->index];
+        return;
+    }
+    diag(c, false, line, NULL, NULL,
+         "unknown section [%s] is ignored (known: [host], [model.NAME], [group.NAME], [peer.NAME], "
+         "[selector.NAME], [macros])",
          c->section_label);
     c->section = SEC_UNKNOWN;
 }
@@ -872,6 +1056,32 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
     case SEC_HOST: specs = host_keys, n_specs = COUNT_OF(host_keys); break;
     case SEC_MODEL: specs = model_keys, n_specs = COUNT_OF(model_keys); break;
     case SEC_GROUP: specs = group_keys, n_specs = COUNT_OF(group_keys); break;
+    case SEC_PEER: specs = peer_keys, n_specs = COUNT_OF(peer_keys); break;
+    case SEC_SELECTOR: specs = selector_keys, n_specs = COUNT_OF(selector_keys); break;
+    case SEC_MACROS: {
+        if (!is_ident(key) || strchr(key, '.') != NULL) {
+            key_error(c, key, "%s is not a macro name (letters, digits, '_' or '-')", quoted(key, q, sizeof q));
+            return;
+        }
+        static const char *const reserved[] = {"PORT", "MODEL_ID", "PID"};
+        for (size_t i = 0; i < COUNT_OF(reserved); i++)
+            if (strcmp(key, reserved[i]) == 0) {
+                key_error(c, key, "${%s} is set by switchyard; choose another name", key);
+                return;
+            }
+        for (size_t i = 0; i < c->cfg->macro_names.count; i++)
+            if (strcmp(c->cfg->macro_names.items[i], key) == 0) {
+                key_error(c, key, "given twice (first at line %u)", c->cfg->macro_names.lines[i]);
+                return;
+            }
+        if (c->cfg->macro_names.count >= SY_CONFIG_MAX_LIST_ITEMS) {
+            key_error(c, key, "more than %d macros", SY_CONFIG_MAX_LIST_ITEMS);
+            return;
+        }
+        list_append(&c->cfg->macro_names, key, c->lineno);
+        list_append(&c->cfg->macro_values, value, c->lineno);
+        return;
+    }
     default: return;
     }
     void *obj = section_object(c);
@@ -931,6 +1141,28 @@ static void on_continuation(parse_ctx *c, const char *value) {
     if (spec == NULL) return; /* the key was unknown, repeated or in a skipped section: already reported */
     if (spec->type == V_NAME_LIST || spec->type == V_KEY_LIST) {
         set_list(c, spec, section_object(c), value);
+        return;
+    }
+    if (spec->type == V_ENV_LIST) {
+        set_env_list(c, spec, section_object(c), value);
+        return;
+    }
+    if (spec->type == V_TEXT || spec->type == V_JSON_OBJECT) {
+        char **field = (char **)((char *)section_object(c) + spec->offset);
+        if (*field == NULL || *value == '\0') return; /* the first line was refused: reported there */
+        size_t a = strlen(*field), b = strlen(value);
+        /* A shell-style line continuation: the lines are joined anyway. */
+        while (a > 0 && ((*field)[a - 1] == '\\' || is_blank((*field)[a - 1]))) (*field)[--a] = '\0';
+        if (a + b + 1 > SY_CONFIG_MAX_TEXT_LEN) {
+            key_error(c, spec->name, "the value is longer than %d bytes", SY_CONFIG_MAX_TEXT_LEN);
+            c->last_spec = NULL;
+            return;
+        }
+        char *joined = sy_xmalloc(a + b + 2);
+        memcpy(joined, *field, a);
+        joined[a] = ' ';
+        memcpy(joined + a + 1, value, b + 1);
+        set_string(field, joined);
         return;
     }
     key_error(c, spec->name,
@@ -1174,10 +1406,45 @@ static void check_models(parse_ctx *c) {
         char label[160];
         snprintf(label, sizeof label, "model.%s", m->name);
         /* A key given with a bad value, or perhaps on a refused line, has its error already. */
-        if (m->plugin == NULL && MODEL_KEY_LINE(meta, "plugin") == 0 && !meta->dropped_line)
-            diag(c, true, m->line, label, NULL, "missing required key 'plugin'");
-        if (m->path == NULL && MODEL_KEY_LINE(meta, "path") == 0 && !meta->dropped_line)
-            diag(c, true, m->line, label, NULL, "missing required key 'path'");
+        const char *json_keys[2] = {"set_params", "metadata"};
+        char **json_values[2] = {&m->set_params, &m->metadata};
+        for (int k = 0; k < 2; k++) {
+            if (*json_values[k] == NULL) continue;
+            cJSON *j = cJSON_Parse(*json_values[k]);
+            bool object = j != NULL && cJSON_IsObject(j);
+            cJSON_Delete(j);
+            if (!object) {
+                char q[QUOTE_BUF];
+                diag(c, true, MODEL_KEY_LINE(meta, json_keys[k]), label, json_keys[k], "%s is not a JSON object",
+                     quoted(*json_values[k], q, sizeof q));
+            }
+        }
+        bool process = m->cmd != NULL || MODEL_KEY_LINE(meta, "cmd") != 0;
+        if ((m->peer != NULL || process) && m->n_raw_options > 0) {
+            const sy_config_raw_option *r = &m->raw_options[0];
+            diag(c, true, r->line, label, r->written,
+                 "not a key of a process model (engine options belong to plugin models; a process takes its "
+                 "options in cmd)");
+        }
+        if (m->peer != NULL) {
+        } else if (process) {
+            if (m->plugin != NULL || m->path != NULL)
+                diag(c, true, MODEL_KEY_LINE(meta, m->plugin != NULL ? "plugin" : "path"), label,
+                     m->plugin != NULL ? "plugin" : "path",
+                     "a model with 'cmd' is a process: it takes no plugin or path (make two models)");
+        } else {
+            if (m->plugin == NULL && MODEL_KEY_LINE(meta, "plugin") == 0 && !meta->dropped_line)
+                diag(c, true, m->line, label, NULL, "missing required key 'plugin' (or 'cmd' for a process model)");
+            if (m->path == NULL && MODEL_KEY_LINE(meta, "path") == 0 && !meta->dropped_line)
+                diag(c, true, m->line, label, NULL, "missing required key 'path'");
+            static const char *const process_only[] = {"cmd_stop", "env", "check_endpoint", "proxy", "memory",
+                                                       "use_model_name", "connect_timeout", "header_timeout",
+                                                       "stop_grace"};
+            for (size_t k = 0; k < COUNT_OF(process_only); k++) {
+                unsigned line = MODEL_KEY_LINE(meta, process_only[k]);
+                if (line != 0) diag(c, true, line, label, process_only[k], "only a model with 'cmd' takes this key");
+            }
+        }
         if (m->draft_min > m->draft_max) {
             unsigned line = MODEL_KEY_LINE(meta, "draft_min");
             diag(c, true, line ? line : m->line, label, "draft_min", "%u is more than draft_max (%u)", m->draft_min,
@@ -1193,6 +1460,74 @@ static void check_models(parse_ctx *c) {
             } else {
                 set_string(&m->draft_model, sy_strdup(cfg->models[d].name)); /* alias -> canonical name */
             }
+        }
+    }
+}
+
+/* Every model a peer lists becomes a model served there. Names clash with models and aliases as usual. */
+static void add_peer_models(parse_ctx *c) {
+    sy_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->n_peers; i++) {
+        sy_config_peer *p = &cfg->peers[i];
+        char label[160];
+        snprintf(label, sizeof label, "peer.%s", p->name);
+        if (p->url == NULL) {
+            diag(c, true, p->line, label, NULL, "missing required key 'url'");
+            continue;
+        }
+        if (strncmp(p->url, "http://", 7) != 0 && strncmp(p->url, "https://", 8) != 0)
+            diag(c, true, c->peer_seen[i][0], label, "url", "'%.200s' is not an http:// or https:// URL", p->url);
+        if (p->models.count == 0) diag(c, false, p->line, label, NULL, "the peer lists no models");
+        for (size_t k = 0; k < p->models.count; k++) {
+            if (cfg->n_models >= SY_CONFIG_MAX_MODELS) {
+                diag(c, true, p->models.lines[k], label, "models", "more than %d models", SY_CONFIG_MAX_MODELS);
+                return;
+            }
+            cfg->models = sy_xrealloc(cfg->models, (cfg->n_models + 1) * sizeof *cfg->models);
+            c->model_meta = sy_xrealloc(c->model_meta, (cfg->n_models + 1) * sizeof *c->model_meta);
+            sy_config_model *m = &cfg->models[cfg->n_models];
+            model_defaults(m);
+            m->name = sy_strdup(p->models.items[k]);
+            m->line = p->models.lines[k];
+            m->peer = sy_strdup(p->name);
+            for (size_t j = 0; j < p->strip_params.count; j++)
+                list_append(&m->strip_params, p->strip_params.items[j], p->strip_params.lines[j]);
+            if (p->set_params != NULL) m->set_params = sy_strdup(p->set_params);
+            /* Their own group: a peer's models never swap ours out. */
+            size_t len = strlen(p->name) + 6;
+            m->group = sy_xmalloc(len);
+            snprintf(m->group, len, "peer.%s", p->name);
+            memset(&c->model_meta[cfg->n_models], 0, sizeof *c->model_meta);
+            for (size_t j = 0; j < cfg->n_models; j++)
+                if (strcmp(cfg->models[j].name, m->name) == 0)
+                    diag(c, true, m->line, label, "models", "'%s' is already a model (line %u)", m->name,
+                         cfg->models[j].line);
+            cfg->n_models++;
+        }
+    }
+}
+
+/* Targets name models (aliases become canonical names); a selector's name is no model's name or alias. */
+static void check_selectors(parse_ctx *c) {
+    sy_config *cfg = c->cfg;
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        sy_config_selector *sel = &cfg->selectors[i];
+        char label[160];
+        snprintf(label, sizeof label, "selector.%s", sel->name);
+        const sy_config_model *clash = sy_config_find_model(cfg, sel->name);
+        if (clash != NULL)
+            diag(c, true, sel->line, label, NULL, "'%s' already names model '%s' (line %u)", sel->name, clash->name,
+                 clash->line);
+        if (sel->targets.count == 0) diag(c, true, sel->line, label, NULL, "missing required key 'targets'");
+        for (size_t k = 0; k < sel->targets.count; k++) {
+            const sy_config_model *m = sy_config_find_model(cfg, sel->targets.items[k]);
+            if (m == NULL) {
+                diag(c, true, sel->targets.lines[k], label, "targets", "'%s' names no configured model",
+                     sel->targets.items[k]);
+                continue;
+            }
+            free(sel->targets.items[k]);
+            sel->targets.items[k] = sy_strdup(m->name);
         }
     }
 }
@@ -1270,9 +1605,20 @@ static void check_groups(parse_ctx *c) {
 
 static void finish(parse_ctx *c) {
     sy_config *cfg = c->cfg;
+    add_peer_models(c);
     check_models(c);
     check_names(c);
     check_groups(c);
+    check_selectors(c);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        sy_config_model *m = &cfg->models[i];
+        if (m->cmd == NULL) continue;
+        char label[160];
+        snprintf(label, sizeof label, "model.%s", m->name);
+        char why[512];
+        if (sy_config_expand_process(cfg, m, why, sizeof why) != 0)
+            diag(c, true, MODEL_KEY_LINE(&c->model_meta[i], "cmd"), label, NULL, "%s", why);
+    }
     if (cfg->host.resume_path == NULL) {
         const char *home = getenv("HOME");
         if (home != NULL && home[0] == '/' && strlen(home) < SY_CONFIG_MAX_PATH_LEN - 64)
@@ -1295,6 +1641,7 @@ static sy_config *new_config(const char *source, const char *base_dir) {
     cfg->host.max_request_body = (uint64_t)16 << 20;
     cfg->host.resume_max_bytes = SY_CONFIG_DEFAULT_RESUME_MAX_BYTES;
     cfg->host.load_timeout_s = 600;
+    cfg->host.start_port = 5800;
     return cfg;
 }
 
@@ -1403,8 +1750,38 @@ void sy_config_free(sy_config *cfg) {
             free(m->raw_options[j].value);
         }
         free(m->raw_options);
+        free(m->cmd);
+        free(m->cmd_stop);
+        list_free(&m->env);
+        free(m->check_endpoint);
+        free(m->proxy);
+        free(m->use_model_name);
+        list_free(&m->strip_params);
+        free(m->set_params);
+        free(m->display_name);
+        free(m->description);
+        free(m->metadata);
+        free(m->peer);
     }
     free(cfg->models);
+    for (size_t i = 0; i < cfg->n_peers; i++) {
+        free(cfg->peers[i].name);
+        free(cfg->peers[i].url);
+        free(cfg->peers[i].api_key);
+        list_free(&cfg->peers[i].models);
+        list_free(&cfg->peers[i].strip_params);
+        free(cfg->peers[i].set_params);
+    }
+    free(cfg->peers);
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        free(cfg->selectors[i].name);
+        list_free(&cfg->selectors[i].targets);
+        free(cfg->selectors[i].display_name);
+        free(cfg->selectors[i].description);
+    }
+    free(cfg->selectors);
+    list_free(&cfg->macro_names);
+    list_free(&cfg->macro_values);
     for (size_t i = 0; i < cfg->n_groups; i++) {
         free(cfg->groups[i].name);
         list_free(&cfg->groups[i].members);

@@ -24,7 +24,9 @@
 #define SY_CONFIG_MAX_OPTIONS 64      /* engine options of one model */
 #define SY_CONFIG_MAX_NAME_LEN 128    /* a model, alias or group name */
 #define SY_CONFIG_MAX_PATH_LEN 4096   /* a path after ~ expansion and resolution */
-#define SY_CONFIG_MAX_DIAGNOSTICS 100 /* errors (and, separately, warnings) kept; the rest are counted */
+#define SY_CONFIG_MAX_DIAGNOSTICS 100
+#define SY_CONFIG_MAX_PEERS 64
+#define SY_CONFIG_MAX_TEXT_LEN 16384  /* a cmd and its continuation lines, after macro expansion too */ /* errors (and, separately, warnings) kept; the rest are counted */
 
 /* Defaults of keys that other code needs to know. */
 #define SY_CONFIG_DEFAULT_MAX_CONNECTIONS 256u
@@ -66,6 +68,7 @@ typedef struct sy_config_host {
     uint64_t max_request_body;   /* bytes; default 16 MiB */
     uint64_t resume_max_bytes;   /* bytes each model's snapshot folder may hold; default 4 GiB */
     uint32_t load_timeout_s;     /* how long a request waits for its model to load; default 600 */
+    uint32_t start_port;         /* the first ${PORT} handed to process models; default 5800 (llama-swap's) */
     unsigned line;               /* of the [host] header; 0 when there is none */
 } sy_config_host;
 
@@ -89,6 +92,27 @@ typedef struct sy_config_model {
     uint32_t max_queue;        /* requests waiting for a free slot; more are refused (429); default 64 */
     uint32_t queue_timeout_s;  /* how long a request may wait for a slot; 0: no limit; default 600 */
     uint32_t prefix_cache_tokens; /* the host prefix cache's budget of parked tokens; 0: off; default 8192 */
+    /* A model that is a process (llama-swap's models): `cmd` set, plugin and path unused. Macros are expanded
+     * once the whole file is read (config/macros.c); ${PID} of cmd_stop stays for the stop. */
+    char *cmd;
+    char *cmd_stop;            /* NULL: SIGTERM to its process group, then SIGKILL after stop_grace */
+    sy_config_list env;        /* NAME=VALUE items added to the child's environment */
+    char *check_endpoint;      /* polled until 200 when it starts; default "/health"; "none": no check */
+    char *proxy;               /* the upstream's base URL; default http://127.0.0.1:${PORT} */
+    char *use_model_name;      /* sent upstream as `model` instead of the name the client asked for; NULL */
+    uint64_t memory;           /* declared bytes, for max_memory (a process cannot be measured); default 0 */
+    uint32_t port;             /* the ${PORT} assigned to it; 0 when it uses none */
+    uint32_t connect_timeout_s; /* to the upstream; default 10 */
+    uint32_t header_timeout_s;  /* for the upstream's response header; 0: none; default 600 */
+    uint32_t stop_grace_s;      /* between SIGTERM (or cmd_stop) and SIGKILL; default 5 */
+    sy_config_list strip_params; /* request fields removed before forwarding (process and peer models) */
+    char *set_params;           /* a JSON object whose fields are set in every forwarded request; NULL */
+    /* What /v1/models shows (llama-swap's name, description, metadata), and whether it lists the model. */
+    bool unlisted;
+    char *display_name;
+    char *description;
+    char *metadata;             /* a JSON object, as written */
+    char *peer;                 /* the [peer.NAME] that serves it (a model made from a peer's list); NULL */
     /* Keys of the section that are not model keys (KEY, or engine.KEY for an option named like a model key): the
      * plugin's load options, as written. sy_config_check_options checks them against what the plugin declares. */
     struct sy_config_raw_option *raw_options;
@@ -122,6 +146,34 @@ typedef struct sy_config_group {
     unsigned line;             /* of the header; 0 when implicit */
 } sy_config_group;
 
+/* [peer.NAME]: another server whose models are proxied there (another switchyard, a llama-swap, a hosted API).
+ * Each model it lists becomes a model of the config with `peer` set (no process, nothing to load). */
+typedef struct sy_config_peer {
+    char *name;
+    char *url;                 /* base URL, without the /v1 */
+    char *api_key;             /* sent as Authorization: Bearer and x-api-key; NULL */
+    sy_config_list models;
+    sy_config_list strip_params; /* given to each of its models */
+    char *set_params;
+    unsigned line;
+} sy_config_peer;
+
+/* [selector.NAME]: a model name resolved per request to one of its targets (llama-swap's selectors). */
+typedef enum sy_config_strategy {
+    SY_SELECT_WARM = 0,  /* the first target that is loaded, else one loading, else the first */
+    SY_SELECT_PIN,       /* always the first */
+    SY_SELECT_SPILLOVER  /* the first loaded target with fewer than `spillover` requests, else the next one */
+} sy_config_strategy;
+
+typedef struct sy_config_selector {
+    char *name;
+    sy_config_strategy strategy;
+    sy_config_list targets;    /* canonical model names once read */
+    uint32_t spillover;        /* default 1 */
+    char *display_name, *description;
+    unsigned line;
+} sy_config_selector;
+
 typedef struct sy_config {
     char *source;              /* the name used in messages: the path as given, or the string's name */
     char *base_dir;            /* relative paths resolve against it; NULL: left relative */
@@ -130,6 +182,12 @@ typedef struct sy_config {
     size_t n_models;
     sy_config_group *groups;
     size_t n_groups;
+    sy_config_peer *peers;
+    size_t n_peers;
+    sy_config_selector *selectors;
+    size_t n_selectors;
+    /* [macros]: NAME = VALUE, used as ${NAME} in the process keys of models (in file order). */
+    sy_config_list macro_names, macro_values;
     /* Diagnostics, each "FILE:LINE: [SECTION] KEY: what is wrong". */
     char **errors;
     size_t n_errors;
@@ -185,6 +243,11 @@ typedef void (*sy_config_schema_fn)(void *user, const sy_config_model *model, sy
  * schema_of is called once for each model that has engine keys and a plugin. Runs once: later calls do nothing.
  * The config layer knows no plugins; the layer that holds the registry supplies schema_of. */
 void sy_config_check_options(sy_config *cfg, sy_config_schema_fn schema_of, void *user);
+
+/* Expands the macros of a process model's cmd, cmd_stop, proxy and check_endpoint (config/macros.c): ${NAME} of
+ * [macros], ${env.NAME}, ${MODEL_ID}, ${PORT} (assigning m->port from start_port when first used); ${PID} stays
+ * in cmd_stop. Fills the defaults of proxy and check_endpoint. 0, or -1 with why set. */
+int sy_config_expand_process(sy_config *cfg, sy_config_model *m, char *why, size_t why_size);
 
 /* The value parsers the config uses, for command-line options that take the same forms.
  * Each returns 0 on success, -1 (leaving *out alone) when the whole string is not such a value. */

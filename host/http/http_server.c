@@ -420,6 +420,49 @@ static void stream_adapter_free(void *cls) {
 
 int sy_http_respond_stream(sy_http_request *r, const char *content_type, sy_http_reader reader, void *cls,
                            void (*free_cls)(void *cls)) {
+    return sy_http_respond_stream_status(r, 200, content_type, NULL, 0, reader, cls, free_cls);
+}
+
+typedef struct query_acc {
+    sy_buf *out;
+} query_acc;
+
+static void append_encoded(sy_buf *out, const char *s) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~", *p)) {
+            sy_buf_append(out, p, 1);
+        } else {
+            char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+            sy_buf_append(out, e, 3);
+        }
+    }
+}
+
+static enum MHD_Result add_query_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    query_acc *a = cls;
+    if (a->out->len > 0) sy_buf_append(a->out, "&", 1);
+    append_encoded(a->out, key ? key : "");
+    if (value != NULL) {
+        sy_buf_append(a->out, "=", 1);
+        append_encoded(a->out, value);
+    }
+    return MHD_YES;
+}
+
+char *sy_http_query_string(const sy_http_request *r) {
+    sy_buf out;
+    sy_buf_init(&out);
+    query_acc a = {&out};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_query_arg, &a);
+    sy_buf_append(&out, "", 1);
+    return sy_buf_take(&out);
+}
+
+int sy_http_respond_stream_status(sy_http_request *r, int status, const char *content_type,
+                                  const char *const *headers, size_t n_headers, sy_http_reader reader, void *cls,
+                                  void (*free_cls)(void *cls)) {
     if (already_responded(r)) {
         if (free_cls) free_cls(cls);
         return -1;
@@ -438,8 +481,18 @@ int sy_http_respond_stream(sy_http_request *r, const char *content_type, sy_http
     MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    for (size_t i = 0; i < n_headers; i++) {
+        const char *colon = strchr(headers[i], ':');
+        if (colon == NULL || colon == headers[i] || (size_t)(colon - headers[i]) >= 128) continue;
+        char name[128];
+        memcpy(name, headers[i], (size_t)(colon - headers[i]));
+        name[colon - headers[i]] = '\0';
+        const char *value = colon + 1;
+        while (*value == ' ') value++;
+        MHD_add_response_header(resp, name, value);
+    }
     sy_http_keep_open(r);
-    return queue_response(r, 200, resp);
+    return queue_response(r, status, resp);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -582,7 +635,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return MHD_YES;
     }
     atomic_fetch_add(&s->in_handlers, 1);
-    r->route->handler(r);
+    if (s->opts.intercept == NULL || !s->opts.intercept(s->opts.app, r)) r->route->handler(r);
     atomic_fetch_sub(&s->in_handlers, 1);
     if (!r->responded) sy_http_respond_error(r, 500, "internal_error", NULL, "the handler gave no response");
     return MHD_YES;

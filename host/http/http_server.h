@@ -59,6 +59,9 @@ typedef struct sy_server_options {
     int (*authorize)(void *app, sy_http_request *r, char *msg, size_t msg_size);
     /* Every answered request, once done: its route label ("preflight", "other" without a route) and status. */
     void (*on_done)(void *app, const char *label, int status);
+    /* Runs before the route's handler, once authorised and with the body read: true when it answered the
+     * request itself (the proxy takes the requests for models served elsewhere this way). NULL: none. */
+    bool (*intercept)(void *app, sy_http_request *r);
 } sy_server_options;
 
 /* Split "HOST:PORT" / "[V6]:PORT" into host and port. Returns 0, or -1 with err naming what is wrong. */
@@ -131,6 +134,15 @@ int sy_http_respond_error(sy_http_request *r, int status, const char *code, cons
 typedef ssize_t (*sy_http_reader)(void *cls, char *buf, size_t max);
 int sy_http_respond_stream(sy_http_request *r, const char *content_type, sy_http_reader reader, void *cls,
                            void (*free_cls)(void *cls));
+
+/* The same with the status and extra headers of another server's answer (the proxy); headers: "Name: value"
+ * strings, n_headers of them. */
+int sy_http_respond_stream_status(sy_http_request *r, int status, const char *content_type,
+                                  const char *const *headers, size_t n_headers, sy_http_reader reader, void *cls,
+                                  void (*free_cls)(void *cls));
+/* The query string as the client could have sent it ("a=1&b=x%20y", re-encoded from the parsed arguments),
+ * malloc'd; "" when there is none. */
+char *sy_http_query_string(const sy_http_request *r);
 
 /* The HTTP status text for logs and error types ("Not Found"). */
 const char *sy_http_status_text(int status);

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "manager/process_model.h"
 #include "persist/snapshot_store.h"
 #include "engine/speculative.h"
 #include "base/util.h"
@@ -53,6 +54,8 @@ typedef struct mm_model {
     sy_config_draft draft;  /* speculative decoding: none, ngram, or the model named draft_model */
     char *draft_model;
     uint32_t draft_max, draft_min;
+    sy_process_spec *proc_spec; /* a process model (cmd); NULL for plugin models */
+    char *peer;                 /* served by this peer (the proxy's business): never loaded here */
 
     /* State, under the manager lock. */
     sy_model_state state;
@@ -79,6 +82,7 @@ typedef struct mm_model {
     sy_speculator *speculator;
     sy_loaded_model draft_lm;
     char *published_target, *published_draft; /* names lent to the drafter through acquire_engine */
+    sy_process *proc;    /* the running child of a process model (owned like lm) */
     char last_error[512];
 } mm_model;
 
@@ -88,8 +92,18 @@ struct sy_model_lease {
     char *chat_template, *chat_template_file; /* copies: a reload may change the model's while we run */
 };
 
+typedef struct mm_selector {
+    char *name;
+    sy_config_strategy strategy;
+    char **targets;
+    size_t n_targets;
+    uint32_t spillover;
+} mm_selector;
+
 struct sy_model_manager {
     const sy_plugin_registry *reg;
+    mm_selector *selectors;
+    size_t n_selectors;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     mm_model **models;
@@ -134,6 +148,8 @@ static void model_free_config(mm_model *m) {
     free(m->chat_template_file);
     free(m->draft_model);
     free_options(m->options, m->n_options);
+    sy_process_spec_free(m->proc_spec);
+    free(m->peer);
 }
 
 static void model_free(mm_model *m) {
@@ -169,6 +185,8 @@ static mm_model *model_from_config(const sy_config_model *c) {
     m->draft_model = dup_or_null(c->draft_model);
     m->draft_max = c->draft_max;
     m->draft_min = c->draft_min;
+    m->proc_spec = sy_process_spec_from_config(c);
+    m->peer = dup_or_null(c->peer);
     m->state = SY_MODEL_UNLOADED;
     return m;
 }
@@ -181,6 +199,7 @@ static bool same_string(const char *a, const char *b) {
 /* Would the loaded instance of `a` differ from one loaded with `b`'s settings? */
 static bool same_instance(const mm_model *a, const mm_model *b) {
     if (!same_string(a->plugin, b->plugin) || !same_string(a->path, b->path)) return false;
+    if (!sy_process_spec_equal(a->proc_spec, b->proc_spec) || !same_string(a->peer, b->peer)) return false;
     if (a->parallel != b->parallel || a->max_queue != b->max_queue || a->queue_timeout_s != b->queue_timeout_s ||
         a->prefix_cache_tokens != b->prefix_cache_tokens)
         return false;
@@ -220,6 +239,30 @@ static mm_group *groups_from_config(const sy_config *cfg, size_t *n) {
     }
     *n = cfg->n_groups;
     return g;
+}
+
+static mm_selector *selectors_from_config(const sy_config *cfg, size_t *n) {
+    mm_selector *s = sy_xcalloc(cfg->n_selectors ? cfg->n_selectors : 1, sizeof *s);
+    for (size_t i = 0; i < cfg->n_selectors; i++) {
+        const sy_config_selector *c = &cfg->selectors[i];
+        s[i].name = sy_strdup(c->name);
+        s[i].strategy = c->strategy;
+        s[i].spillover = c->spillover ? c->spillover : 1;
+        s[i].n_targets = c->targets.count;
+        s[i].targets = sy_xcalloc(c->targets.count ? c->targets.count : 1, sizeof *s[i].targets);
+        for (size_t k = 0; k < c->targets.count; k++) s[i].targets[k] = sy_strdup(c->targets.items[k]);
+    }
+    *n = cfg->n_selectors;
+    return s;
+}
+
+static void selectors_free(mm_selector *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(s[i].name);
+        for (size_t k = 0; k < s[i].n_targets; k++) free(s[i].targets[k]);
+        free(s[i].targets);
+    }
+    free(s);
 }
 
 static void groups_free(mm_group *g, size_t n) {
@@ -343,6 +386,12 @@ static mm_bytes measure_loaded(const sy_loaded_model *lm, const char *path) {
 
 /* The model and, when it has one, its private draft model; stored as its latest measurement. */
 static void measure(mm_model *m) {
+    if (m->proc_spec != NULL) { /* a process cannot be measured from here: its declared memory */
+        m->memory_bytes = m->proc_spec->memory;
+        m->device_bytes = 0;
+        m->measured = true;
+        return;
+    }
     mm_bytes b = measure_loaded(&m->lm, m->path);
     if (m->draft_lm.model != NULL) {
         mm_bytes d = measure_loaded(&m->draft_lm, NULL);
@@ -370,6 +419,10 @@ static mm_bytes memory_in_use(sy_model_manager *mm, const mm_model *except) {
  * its files' size as host memory. Called without the lock (it reads the model's headers); m is LOADING and ours,
  * so its config copies stay. */
 static mm_bytes estimate_load(const sy_model_manager *mm, const mm_model *m, bool *from_engine) {
+    if (m->proc_spec != NULL) {
+        *from_engine = false;
+        return (mm_bytes){m->proc_spec->memory, 0};
+    }
     sy_resource_estimate e;
     *from_engine = sy_loaded_model_estimate(mm->reg, m->plugin, m->path, m->options, m->n_options, &e) == 0;
     if (*from_engine) return (mm_bytes){e.mapped_bytes + e.resident_bytes, e.device_bytes};
@@ -416,6 +469,8 @@ static void perform_unload(sy_model_manager *mm, mm_model *m) {
     sy_scheduler_destroy(sched);
     drafting_stop(m);
     sy_loaded_model_close(&m->lm);
+    sy_process_stop(m->proc); /* its requests are over: no lease is left */
+    m->proc = NULL;
     sy_log(SY_LOG_INFO, "model %s unloaded in %.3f s", name, seconds_now() - t0);
     pthread_mutex_lock(&mm->lock);
     if (saved) m->snapshots_saved = true;
@@ -594,6 +649,7 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->models = sy_xcalloc(cfg->n_models ? cfg->n_models : 1, sizeof *mm->models);
     for (size_t i = 0; i < cfg->n_models; i++) mm->models[i] = model_from_config(&cfg->models[i]);
     mm->groups = groups_from_config(cfg, &mm->n_groups);
+    mm->selectors = selectors_from_config(cfg, &mm->n_selectors);
     mm->max_memory = cfg->host.max_memory;
     mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
@@ -628,6 +684,7 @@ void sy_model_manager_destroy(sy_model_manager *mm) {
     free(mm->models);
     free(mm->retired);
     groups_free(mm->groups, mm->n_groups);
+    selectors_free(mm->selectors, mm->n_selectors);
     free(mm->resume_path);
     pthread_cond_destroy(&mm->changed);
     pthread_mutex_destroy(&mm->lock);
@@ -797,12 +854,21 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
     uint64_t budget = mm->resume_max_bytes;
     draft_plan plan;
     draft_plan_take(mm, m, &plan);
+    double deadline = mm->load_timeout_s ? seconds_now() + mm->load_timeout_s : 0;
     pthread_mutex_unlock(&mm->lock);
     double t0 = seconds_now();
     sy_loaded_model lm;
-    int rc = sy_loaded_model_open(mm->reg, m->plugin, m->path, m->options, m->n_options, &lm, err, err_size);
+    memset(&lm, 0, sizeof lm);
+    int rc;
+    if (m->proc_spec != NULL) {
+        /* A process: started, then ready once its check endpoint answers. No scheduler: the proxy forwards. */
+        m->proc = sy_process_start(m->proc_spec, deadline, err, err_size);
+        rc = m->proc != NULL ? 0 : -1;
+    } else {
+        rc = sy_loaded_model_open(mm->reg, m->plugin, m->path, m->options, m->n_options, &lm, err, err_size);
+    }
     sy_scheduler *sched = NULL;
-    if (rc == 0) {
+    if (rc == 0 && m->proc_spec == NULL) {
         /* The scheduler borrows the loaded model by address: it lives in the entry. No one else reads the entry's
          * lm while it is LOADING. */
         m->lm = lm;
@@ -842,8 +908,12 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
     m->estimated = false;
     mm->counters.loads++;
     mm->counters.load_seconds_total += seconds;
-    sy_log(SY_LOG_INFO, "model %s loaded in %.3f s (%s, %llu bytes, %llu on the device)", m->name, seconds,
-           m->lm.plugin->entry->name, (unsigned long long)m->memory_bytes, (unsigned long long)m->device_bytes);
+    if (m->proc != NULL)
+        sy_log(SY_LOG_INFO, "model %s ready in %.3f s (process %d, %s, %llu bytes declared)", m->name, seconds,
+               (int)sy_process_pid(m->proc), m->proc_spec->proxy, (unsigned long long)m->memory_bytes);
+    else
+        sy_log(SY_LOG_INFO, "model %s loaded in %.3f s (%s, %llu bytes, %llu on the device)", m->name, seconds,
+               m->lm.plugin->entry->name, (unsigned long long)m->memory_bytes, (unsigned long long)m->device_bytes);
     return 0;
 }
 
@@ -869,8 +939,22 @@ sy_model_lease *sy_model_manager_acquire(sy_model_manager *mm, const char *name_
             pthread_mutex_unlock(&mm->lock);
             return NULL;
         }
+        if (m->peer != NULL) {
+            fail(err, err_size, http_status, 400, "model %s is served by peer %s: only the OpenAI API is forwarded there",
+                 m->name, m->peer);
+            pthread_mutex_unlock(&mm->lock);
+            return NULL;
+        }
+        if (m->state == SY_MODEL_READY && m->proc != NULL && !sy_process_alive(m->proc)) {
+            /* It died since its last request: unloaded (once its requests are over), then started again. */
+            sy_log(SY_LOG_WARN, "model %s: its process %d has exited; it starts again on this request", m->name,
+                   (int)sy_process_pid(m->proc));
+            request_unload(m, false);
+            if (try_claim_unload(m)) perform_unload(mm, m);
+            continue;
+        }
         if (m->state == SY_MODEL_READY) {
-            if (sy_scheduler_full(m->sched)) {
+            if (m->sched != NULL && sy_scheduler_full(m->sched)) {
                 fail(err, err_size, http_status, 429, "model %s is busy: every slot is taken and its queue is full",
                      m->name);
                 pthread_mutex_unlock(&mm->lock);
@@ -967,6 +1051,28 @@ sy_scheduler *sy_model_lease_scheduler(const sy_model_lease *lease) { return lea
 const char *sy_model_lease_name(const sy_model_lease *lease) { return lease->m->name; }
 const char *sy_model_lease_chat_template(const sy_model_lease *lease) { return lease->chat_template; }
 const char *sy_model_lease_chat_template_file(const sy_model_lease *lease) { return lease->chat_template_file; }
+const sy_process_spec *sy_model_lease_process(const sy_model_lease *lease) { return lease->m->proc_spec; }
+
+bool sy_model_lease_upstream_failed(sy_model_lease *lease) {
+    sy_model_manager *mm = lease->mm;
+    mm_model *m = lease->m;
+    /* A broken connection is most often a process on its way out: give it a moment to be gone (the lease keeps
+     * m->proc in place, and sy_process_alive takes the process's own lock). */
+    bool dead = m->proc != NULL && !sy_process_alive(m->proc);
+    for (int i = 0; i < 50 && !dead && m->proc != NULL; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        dead = !sy_process_alive(m->proc);
+    }
+    pthread_mutex_lock(&mm->lock);
+    if (dead && m->state == SY_MODEL_READY) {
+        /* Unloaded once this lease is released, so the next request starts it again. */
+        sy_log(SY_LOG_WARN, "model %s: its process %d died during a request", m->name, (int)sy_process_pid(m->proc));
+        request_unload(m, false);
+    }
+    pthread_mutex_unlock(&mm->lock);
+    return dead;
+}
 
 int sy_model_manager_preload(sy_model_manager *mm) {
     if (mm == NULL) return 0;
@@ -1066,10 +1172,18 @@ void sy_model_manager_tick(sy_model_manager *mm) {
         for (size_t i = 0; i < n_entries(mm) && !again; i++) {
             mm_model *m = entry_at(mm, i);
             if (m->state != SY_MODEL_READY || m->leases != 0) continue;
+            if (m->proc != NULL && !sy_process_alive(m->proc)) {
+                sy_log(SY_LOG_WARN, "model %s: its process %d has exited; unloaded", m->name,
+                       (int)sy_process_pid(m->proc));
+                request_unload(m, false);
+                if (try_claim_unload(m)) perform_unload(mm, m);
+                again = true;
+                continue;
+            }
             int64_t ttl = effective_ttl(m);
             bool expired = ttl >= 0 && now - m->last_used >= (double)ttl;
             if (!expired && !m->retired) continue;
-            if (!sy_scheduler_idle(m->sched)) continue; /* leases end after the requests; belt and braces */
+            if (m->sched != NULL && !sy_scheduler_idle(m->sched)) continue; /* leases end after the requests */
             if (expired)
                 sy_log(SY_LOG_INFO, "model %s idle for %lld s%s: unloading", m->name, (long long)ttl,
                        m->ttl_override_set ? " (keep_alive)" : "");
@@ -1151,6 +1265,8 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
     groups_free(mm->groups, mm->n_groups);
     mm->groups = groups;
     mm->n_groups = n_groups;
+    selectors_free(mm->selectors, mm->n_selectors);
+    mm->selectors = selectors_from_config(cfg, &mm->n_selectors);
     mm->max_memory = cfg->host.max_memory;
     mm->max_device_memory = cfg->host.max_device_memory;
     mm->load_timeout_s = cfg->host.load_timeout_s;
@@ -1169,6 +1285,56 @@ int sy_model_manager_reload(sy_model_manager *mm, const sy_config *cfg) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * Selectors */
+
+static bool active(const mm_model *m) {
+    return m->peer != NULL || m->state == SY_MODEL_READY || m->state == SY_MODEL_LOADING;
+}
+
+int sy_model_manager_resolve(sy_model_manager *mm, const char *name, char *out, size_t out_size) {
+    if (mm == NULL || name == NULL) return 0;
+    pthread_mutex_lock(&mm->lock);
+    const mm_selector *sel = NULL;
+    for (size_t i = 0; i < mm->n_selectors && sel == NULL; i++)
+        if (strcmp(mm->selectors[i].name, name) == 0) sel = &mm->selectors[i];
+    if (sel == NULL || sel->n_targets == 0) {
+        pthread_mutex_unlock(&mm->lock);
+        return 0;
+    }
+    const char *choice = sel->targets[0];
+    if (sel->strategy == SY_SELECT_WARM) {
+        const char *loading = NULL, *ready = NULL;
+        for (size_t k = 0; k < sel->n_targets && ready == NULL; k++) {
+            const mm_model *m = find_current(mm, sel->targets[k]);
+            if (m == NULL) continue;
+            if (m->state == SY_MODEL_READY || m->peer != NULL) ready = m->name;
+            else if (m->state == SY_MODEL_LOADING && loading == NULL) loading = m->name;
+        }
+        choice = ready ? ready : loading ? loading : choice;
+    } else if (sel->strategy == SY_SELECT_SPILLOVER) {
+        /* The first running target with room; else the first that is not running (it starts); else the least
+         * busy running one. */
+        const char *room = NULL, *idle = NULL, *least = NULL;
+        uint32_t least_leases = UINT32_MAX;
+        for (size_t k = 0; k < sel->n_targets && room == NULL; k++) {
+            const mm_model *m = find_current(mm, sel->targets[k]);
+            if (m == NULL) continue;
+            if (!active(m)) {
+                if (idle == NULL) idle = m->name;
+                continue;
+            }
+            /* A peer's requests are not counted here: it always has room. */
+            if (m->peer != NULL || m->leases < sel->spillover) room = m->name;
+            if (m->leases < least_leases) least = m->name, least_leases = m->leases;
+        }
+        choice = room ? room : idle ? idle : least ? least : choice;
+    }
+    snprintf(out, out_size, "%s", choice);
+    pthread_mutex_unlock(&mm->lock);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * Status */
 
 size_t sy_model_manager_status(sy_model_manager *mm, sy_model_status *out, size_t cap) {
@@ -1180,8 +1346,9 @@ size_t sy_model_manager_status(sy_model_manager *mm, sy_model_status *out, size_
         sy_model_status *st = &out[i];
         memset(st, 0, sizeof *st);
         st->name = m->name;
-        st->plugin = m->plugin;
-        st->path = m->path;
+        st->plugin = m->proc_spec != NULL ? "process" : m->peer != NULL ? "peer" : m->plugin;
+        st->path = m->proc_spec != NULL ? m->proc_spec->cmd : m->path;
+        st->pid = m->proc != NULL ? (int)sy_process_pid(m->proc) : 0;
         st->state = m->state;
         st->ttl_s = m->ttl_s;
         st->ttl_in_effect_s = effective_ttl(m);
@@ -1190,7 +1357,8 @@ size_t sy_model_manager_status(sy_model_manager *mm, sy_model_status *out, size_
             st->memory_bytes = m->memory_bytes;
             st->device_bytes = m->device_bytes;
             st->idle_seconds = m->leases ? 0 : now - m->last_used;
-            sy_scheduler_get_stats(m->sched, &st->sched);
+            if (m->sched != NULL) sy_scheduler_get_stats(m->sched, &st->sched);
+            st->in_flight = m->leases;
         } else if (m->state == SY_MODEL_UNLOADING) {
             st->memory_bytes = m->memory_bytes;
             st->device_bytes = m->device_bytes;

@@ -53,6 +53,16 @@ const char *sy_model_lease_name(const sy_model_lease *lease); /* the canonical m
  * file (`chat_template_file`), or NULL. Copies taken at acquire, valid until the lease is released. */
 const char *sy_model_lease_chat_template(const sy_model_lease *lease);
 const char *sy_model_lease_chat_template_file(const sy_model_lease *lease);
+/* A process model's settings (proxy URL, filters, timeouts), or NULL for a plugin model. Valid while leased. */
+struct sy_process_spec;
+const struct sy_process_spec *sy_model_lease_process(const sy_model_lease *lease);
+/* A request to a process model failed upstream: true when its process has died, which then unloads the model
+ * once its leases are released (the next request starts it again). */
+bool sy_model_lease_upstream_failed(sy_model_lease *lease);
+
+/* A [selector.NAME]'s choice for a request now (warm, pin, spillover): 1 with the target's name in out, 0 when
+ * `name` is not a selector. The choice is advice: the caller acquires that model as usual. */
+int sy_model_manager_resolve(sy_model_manager *mm, const char *name, char *out, size_t out_size);
 
 /* Unload one model (by name or alias) or, with NULL, all. In-flight requests finish first. Returns the number
  * of models unloaded, or -1 if the name is unknown. */
@@ -94,6 +104,8 @@ typedef struct sy_model_status {
     uint32_t ttl_s;          /* configured; 0: never */
     int64_t ttl_in_effect_s; /* the idle seconds before an unload now (ttl_s or a keep_alive override); -1: never */
     sy_scheduler_stats sched; /* zero when not loaded */
+    int pid;                 /* a process model's running child; 0 otherwise */
+    uint32_t in_flight;      /* requests holding the model (leases) */
 } sy_model_status;
 
 /* Fill up to `cap` entries in config order; returns the number of configured models. */

@@ -35,6 +35,7 @@ static const sy_option_spec fuzz_specs[] = {
 
 static void fuzz_schema(void *user, const sy_config_model *m, sy_config_option_schema *out) {
     (void)user;
+    if (m->plugin == NULL) return;
     if (strcmp(m->plugin, "legacy") == 0) {
         snprintf(out->unchecked, sizeof out->unchecked, "plugin legacy declares no options");
         return;
@@ -69,8 +70,14 @@ static void check_consistent(const sy_config *cfg) {
     size_t placed = 0;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const sy_config_model *m = &cfg->models[i];
-        CHECK(m->name != NULL && m->plugin != NULL && m->path != NULL && m->group != NULL);
-        CHECK(m->path[0] == '/'); /* the base folder and HOME are absolute */
+        CHECK(m->name != NULL && m->group != NULL);
+        if (m->cmd != NULL) { /* a process model: expanded, with its defaults */
+            CHECK(m->plugin == NULL && m->path == NULL && m->proxy != NULL && m->check_endpoint != NULL);
+            CHECK(strstr(m->cmd, "${") == NULL || strstr(m->cmd, "${PID}") == NULL);
+        } else if (m->peer == NULL) {
+            CHECK(m->plugin != NULL && m->path != NULL);
+            CHECK(m->path[0] == '/'); /* the base folder and HOME are absolute */
+        }
         CHECK(sy_config_find_model(cfg, m->name) == m);
         for (size_t j = 0; j < m->aliases.count; j++) CHECK(sy_config_find_model(cfg, m->aliases.items[j]) == m);
         CHECK(m->parallel >= 1 && m->parallel <= 256);

@@ -501,10 +501,10 @@ static void test_missing_required_keys(void **state) {
     (void)state;
     sy_config *cfg = parse("[host]\n\n[model.a]\npath = x\n\n[model.b]\nplugin = p\n\n[model.c]\n");
     assert_int_equal(cfg->n_errors, 4);
-    assert_string_equal(cfg->errors[0], "cfg.ini:3: [model.a]: missing required key 'plugin'");
+    assert_string_equal(cfg->errors[0], "cfg.ini:3: [model.a]: missing required key 'plugin' (or 'cmd' for a process model)");
     assert_string_equal(cfg->errors[1], "cfg.ini:6: [model.b]: missing required key 'path'");
     /* An empty section is still seen (inih does not report it; the reader does). */
-    assert_string_equal(cfg->errors[2], "cfg.ini:9: [model.c]: missing required key 'plugin'");
+    assert_string_equal(cfg->errors[2], "cfg.ini:9: [model.c]: missing required key 'plugin' (or 'cmd' for a process model)");
     assert_string_equal(cfg->errors[3], "cfg.ini:9: [model.c]: missing required key 'path'");
     sy_config_free(cfg);
 
@@ -693,7 +693,8 @@ static void test_warnings(void **state) {
     assert_string_equal(cfg->warnings[0], "cfg.ini:1: 'stray' is outside of any section and is ignored");
     assert_string_equal(cfg->warnings[1], "cfg.ini:3: [host] colour: unknown key is ignored");
     assert_string_equal(cfg->warnings[2],
-                        "cfg.ini:4: unknown section [extras] is ignored (known: [host], [model.NAME], [group.NAME])");
+                        "cfg.ini:4: unknown section [extras] is ignored (known: [host], [model.NAME], [group.NAME], [peer.NAME], "
+        "[selector.NAME], [macros])");
     sy_config_free(cfg);
 
     /* A model key misspelt is no option of the plugin either: an error naming its line. */
