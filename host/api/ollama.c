@@ -13,6 +13,7 @@
 #include "api/context.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/model_facts.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -429,30 +430,11 @@ static void facts_of(const sy_config_model *cm, file_facts *f) {
              (unsigned long long)h.low64);
 }
 
-static cJSON *details_json(const file_facts *f, const sy_loaded_model *lm) {
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "parent_model", "");
-    cJSON_AddStringToObject(d, "format", f->format);
-    const char *arch = lm && lm->info.architecture ? lm->info.architecture : "";
-    cJSON_AddStringToObject(d, "family", arch);
-    cJSON *families = cJSON_AddArrayToObject(d, "families");
-    if (arch[0]) cJSON_AddItemToArray(families, cJSON_CreateString(arch));
-    char params[32] = "";
-    if (lm && lm->info.n_params > 0) {
-        double p = (double)lm->info.n_params;
-        if (p >= 1e9) snprintf(params, sizeof params, "%.1fB", p / 1e9);
-        else if (p >= 1e6) snprintf(params, sizeof params, "%.0fM", p / 1e6);
-        else snprintf(params, sizeof params, "%.0fK", p / 1e3);
-    }
-    cJSON_AddStringToObject(d, "parameter_size", params);
-    cJSON_AddStringToObject(d, "quantization_level",
-                            lm && lm->info.weight_dtype ? lm->info.weight_dtype : "");
-    return d;
-}
-
-static cJSON *tag_object(const sy_config_model *cm) {
+static cJSON *tag_object(sy_api_context *srv, const sy_config_model *cm) {
     file_facts f;
     facts_of(cm, &f);
+    char err[256];
+    cJSON *meta = sy_api_model_metadata(srv, cm, err, sizeof err); /* headers only: nothing loads */
     cJSON *o = cJSON_CreateObject();
     char when[48];
     rfc3339(when, sizeof when, f.mtime, 0);
@@ -461,7 +443,8 @@ static cJSON *tag_object(const sy_config_model *cm) {
     cJSON_AddStringToObject(o, "modified_at", when);
     cJSON_AddNumberToObject(o, "size", (double)f.size);
     cJSON_AddStringToObject(o, "digest", f.digest);
-    cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+    cJSON_AddItemToObject(o, "details", sy_api_model_details(cm, meta));
+    cJSON_Delete(meta);
     return o;
 }
 
@@ -470,7 +453,7 @@ void sy_api_ollama_tags(sy_http_request *r) {
     const sy_config *cfg = sy_api_config_acquire(srv);
     cJSON *json = cJSON_CreateObject();
     cJSON *models = cJSON_AddArrayToObject(json, "models");
-    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(models, tag_object(&cfg->models[i]));
+    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(models, tag_object(srv, &cfg->models[i]));
     sy_api_config_release(srv, cfg);
     sy_http_respond_json(r, 200, json);
 }
@@ -534,31 +517,26 @@ void sy_api_ollama_show(sy_http_request *r) {
     char when[48];
     rfc3339(when, sizeof when, f.mtime, 0);
     cJSON_AddStringToObject(json, "modified_at", when);
+    char meta_err[256] = "";
+    cJSON *meta = sy_api_model_metadata(srv, cm, meta_err, sizeof meta_err); /* headers only: nothing loads */
+    if (meta == NULL) sy_log(SY_LOG_DEBUG, "ollama: show %s: no metadata: %s", cm->name, meta_err);
     cJSON *caps = cJSON_AddArrayToObject(json, "capabilities");
-    cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
+    sy_api_model_capabilities(cm, meta, caps);
 
     /* Facts that need the engine are shown only when the model is loaded: showing must not load (and swap). */
     sy_api_model m;
     memset(&m, 0, sizeof m);
-    bool loaded = state_of(sy_api_manager(srv), cm->name, NULL) == SY_MODEL_READY &&
-                  sy_api_acquire(r, cm->name, &m, &e) == 0;
+    bool loaded = sy_api_acquire_loaded(r, cm->name, &m) == 0;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
     cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
-    cJSON_AddItemToObject(json, "details", details_json(&f, lm));
-    cJSON *info = cJSON_AddObjectToObject(json, "model_info");
+    cJSON_AddItemToObject(json, "details", sy_api_model_details(cm, meta));
+    /* the file's metadata; the chat template is under "template" */
+    cJSON *info = meta ? meta : cJSON_CreateObject();
+    meta = NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(info, "tokenizer.chat_template");
+    cJSON_AddItemToObject(json, "model_info", info);
     if (lm) {
-        const char *arch = lm->info.architecture ? lm->info.architecture : "";
-        char key[128];
-        cJSON_AddStringToObject(info, "general.architecture", arch);
-        cJSON_AddStringToObject(info, "general.name", lm->info.name ? lm->info.name : "");
-        cJSON_AddNumberToObject(info, "general.parameter_count", (double)lm->info.n_params);
-        snprintf(key, sizeof key, "%.64s.context_length", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_ctx_train);
-        snprintf(key, sizeof key, "%.64s.embedding_length", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_embd);
-        snprintf(key, sizeof key, "%.64s.block_count", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_layer);
         cJSON_AddNumberToObject(info, "switchyard.context_length", lm->info.n_ctx);
         cJSON_AddStringToObject(info, "switchyard.fingerprint", lm->info.fingerprint ? lm->info.fingerprint : "");
         cJSON_AddNumberToObject(info, "tokenizer.vocab_size", lm->info.n_vocab);
@@ -590,7 +568,10 @@ void sy_api_ollama_ps(sy_http_request *r) {
         cJSON_AddStringToObject(o, "model", cm->name);
         cJSON_AddNumberToObject(o, "size", (double)(st.memory_bytes + st.device_bytes));
         cJSON_AddStringToObject(o, "digest", f.digest);
-        cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+        char err[256];
+        cJSON *meta = sy_api_model_metadata(srv, cm, err, sizeof err);
+        cJSON_AddItemToObject(o, "details", sy_api_model_details(cm, meta));
+        cJSON_Delete(meta);
         char expires[48];
         if (st.ttl_in_effect_s < 0) {
             snprintf(expires, sizeof expires, "9999-12-31T23:59:59Z");
@@ -608,8 +589,13 @@ void sy_api_ollama_ps(sy_http_request *r) {
     sy_http_respond_json(r, 200, json);
 }
 
+/* The Ollama API level implemented here, which clients gate on (VS Code's Copilot wants 0.6.4 or later); our
+ * own version is in the X-Switchyard-Version header and in /v1/models. */
+#define SY_OLLAMA_API_LEVEL "0.12.6"
+
 void sy_api_ollama_version(sy_http_request *r) {
     cJSON *json = cJSON_CreateObject();
-    cJSON_AddStringToObject(json, "version", SY_VERSION);
+    cJSON_AddStringToObject(json, "version", SY_OLLAMA_API_LEVEL);
+    cJSON_AddStringToObject(json, "switchyard_version", SY_VERSION);
     sy_http_respond_json(r, 200, json);
 }

@@ -1157,6 +1157,19 @@ static size_t find_model_index(const sy_config *cfg, const char *name_or_alias) 
     return SIZE_MAX;
 }
 
+/* find_model_index, then as Ollama names models ("NAME" == "NAME:latest"). */
+static size_t find_model_index_loose(const sy_config *cfg, const char *name_or_alias) {
+    size_t i = find_model_index(cfg, name_or_alias);
+    if (i != SIZE_MAX) return i;
+    for (i = 0; i < cfg->n_models; i++) {
+        if (sy_model_name_equal(cfg->models[i].name, name_or_alias)) return i;
+        const sy_config_list *a = &cfg->models[i].aliases;
+        for (size_t j = 0; j < a->count; j++)
+            if (sy_model_name_equal(a->items[j], name_or_alias)) return i;
+    }
+    return SIZE_MAX;
+}
+
 static size_t key_index(const key_spec *specs, size_t n, const char *name) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(specs[i].name, name) == 0) return i;
@@ -1429,7 +1442,7 @@ void sy_config_print_diagnostics(const sy_config *cfg, FILE *out) {
 
 const sy_config_model *sy_config_find_model(const sy_config *cfg, const char *name_or_alias) {
     if (cfg == NULL || name_or_alias == NULL) return NULL;
-    size_t i = find_model_index(cfg, name_or_alias);
+    size_t i = find_model_index_loose(cfg, name_or_alias);
     return i == SIZE_MAX ? NULL : &cfg->models[i];
 }
 
