@@ -254,8 +254,15 @@ void sy_api_llama_props(sy_http_request *r) {
 
 typedef struct infill_request {
     char model[SY_CONFIG_MAX_NAME_LEN + 1];
-    uint32_t n_prompt;
+    int32_t *prompt; /* with return_prompt_tokens (switchyard's): the laid-out prompt, for checking the layout */
+    size_t n_prompt;
 } infill_request;
+
+static void infill_request_free(void *p) {
+    infill_request *q = p;
+    if (q) free(q->prompt);
+    free(q);
+}
 
 static cJSON *infill_final(const infill_request *q, const char *content, const sy_api_event *ev) {
     cJSON *o = cJSON_CreateObject();
@@ -269,6 +276,10 @@ static cJSON *infill_final(const infill_request *q, const char *content, const s
     cJSON_AddBoolToObject(o, "truncated", false);
     bool limit = strcmp(ev->finish_reason, "length") == 0;
     cJSON_AddStringToObject(o, "stop_type", limit ? "limit" : "eos");
+    if (q->prompt) {
+        cJSON *a = cJSON_AddArrayToObject(o, "prompt_tokens");
+        for (size_t i = 0; i < q->n_prompt; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(q->prompt[i]));
+    }
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "prompt_n", ev->usage.prompt_tokens - ev->usage.cached_tokens);
     cJSON_AddNumberToObject(t, "prompt_ms", ev->usage.prompt_seconds * 1000.0);
@@ -313,7 +324,7 @@ static void infill_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy
     infill_sse(out, infill_final(q, "", ev));
 }
 
-static const sy_api_stream_ops infill_ops = {infill_format, free};
+static const sy_api_stream_ops infill_ops = {infill_format, infill_request_free};
 
 /* The sampling fields of llama-server's /completion that /infill takes. */
 static int infill_params(const cJSON *body, sy_gen_params *p, int64_t *n_predict, sy_api_error *e) {
@@ -361,8 +372,9 @@ void sy_api_llama_infill(sy_http_request *r) {
     sy_api_fim_input in;
     memset(&in, 0, sizeof in);
     in.repo_header = true;
-    bool stream = false;
+    bool stream = false, return_prompt = false;
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
+    if (sy_json_get_bool(body, NULL, "return_prompt_tokens", &return_prompt, NULL, &e) != 0) goto fail;
     if (sy_json_get_string(body, NULL, "input_prefix", &in.prefix, NULL, &e) != 0 ||
         sy_json_get_string(body, NULL, "input_suffix", &in.suffix, NULL, &e) != 0 ||
         sy_json_get_string(body, NULL, "prompt", &in.prompt, NULL, &e) != 0 ||
@@ -401,7 +413,7 @@ void sy_api_llama_infill(sy_http_request *r) {
     char name[SY_CONFIG_MAX_NAME_LEN + 2];
     if (!sy_api_llama_model_name(r, body, name, sizeof name)) {
         free(chunks);
-        free(q);
+        infill_request_free(q);
         cJSON_Delete(body);
         return;
     }
@@ -409,7 +421,11 @@ void sy_api_llama_infill(sy_http_request *r) {
     snprintf(q->model, sizeof q->model, "%.*s", SY_CONFIG_MAX_NAME_LEN, name);
     tokens = sy_api_fim_prompt(r, &m, &in, &n_tokens, &e);
     if (tokens == NULL) goto fail;
-    q->n_prompt = (uint32_t)n_tokens;
+    if (return_prompt) {
+        q->prompt = sy_xmalloc((n_tokens ? n_tokens : 1) * sizeof *q->prompt);
+        memcpy(q->prompt, tokens, n_tokens * sizeof *tokens);
+        q->n_prompt = n_tokens;
+    }
     sy_api_gen *g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
     free(tokens);
@@ -438,13 +454,13 @@ void sy_api_llama_infill(sy_http_request *r) {
     if (ev == NULL) sy_http_respond_error(r, 499, "client_gone", NULL, "the client went away");
     sy_buf_free(&text);
     sy_api_gen_finish(g);
-    free(q);
+    infill_request_free(q);
     return;
 fail:
     sy_api_respond_error(r, &e);
     sy_api_model_release(&m);
     free(tokens);
     free(chunks);
-    free(q);
+    infill_request_free(q);
     cJSON_Delete(body);
 }

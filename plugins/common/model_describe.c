@@ -21,7 +21,7 @@ static const char *const fim_texts[SY_FIM_KINDS][10] = {
                     "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL},
     [SY_FIM_PAD] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
     [SY_FIM_REP] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
-    [SY_FIM_SEP] = {"<|file_sep|>", "<file_sep>", "<file-sep>", "<filename>", NULL},
+    [SY_FIM_SEP] = {"<|file_sep|>", NULL},
 };
 
 int sy_fim_kind_of_text(const char *text, size_t len) {
