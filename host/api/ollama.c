@@ -11,8 +11,10 @@
 #include <xxhash.h>
 #include "api/constraint.h"
 #include "api/context.h"
+#include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/sampling_fields.h"
 #include "api/model_facts.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -105,12 +107,59 @@ static void apply_keep_alive(sy_http_request *r, const char *model_name, int64_t
 /* ------------------------------------------------------------------------------------------------------------
  * Options */
 
-static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
+/* Ollama's documented options: those mapped below, those that set up a load (the config sets them here: accepted
+ * and ignored, see docs/api.md), and those refused because they would change the output and are not
+ * implemented. Any other key is refused by name. */
+static const char *const load_time_options[] = {"numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv",
+                                                "vocab_only", "use_mmap", "use_mlock", "num_thread", "num_keep"};
+
+static int check_option_names(const cJSON *o, sy_api_error *e) {
+    static const char *const mapped[] = {"num_predict", "num_ctx", "temperature", "top_k", "top_p", "min_p",
+                                         "typical_p", "seed", "stop", "speculative", "repeat_penalty",
+                                         "repeat_last_n", "presence_penalty", "frequency_penalty", "xtc_probability",
+                                         "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length",
+                                         "dry_penalty_last_n", "dry_sequence_breakers"};
+    const cJSON *item;
+    cJSON_ArrayForEach(item, o) {
+        const char *k = item->string ? item->string : "";
+        bool known = false;
+        for (size_t i = 0; i < sizeof mapped / sizeof *mapped && !known; i++) known = strcmp(k, mapped[i]) == 0;
+        for (size_t i = 0; i < sizeof load_time_options / sizeof *load_time_options && !known; i++)
+            known = strcmp(k, load_time_options[i]) == 0;
+        if (known) continue;
+        char shown[80];
+        sy_utf8_sanitize(shown, sizeof shown, k, strlen(k));
+        if (strcmp(k, "mirostat") == 0 || strcmp(k, "mirostat_tau") == 0 || strcmp(k, "mirostat_eta") == 0) {
+            if (strcmp(k, "mirostat") == 0 && cJSON_IsNumber(item) && item->valuedouble == 0) continue;
+            if (strcmp(k, "mirostat") != 0) continue; /* its parameters matter only with it on */
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.mirostat",
+                               "options.mirostat: Mirostat sampling is not supported (use 0)");
+        }
+        if (strcmp(k, "tfs_z") == 0) {
+            if (cJSON_IsNumber(item) && item->valuedouble == 1) continue;
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.tfs_z",
+                               "options.tfs_z: tail-free sampling is not supported (use 1)");
+        }
+        if (strcmp(k, "penalize_newline") == 0) {
+            if (cJSON_IsFalse(item)) continue;
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.penalize_newline",
+                               "options.penalize_newline is not supported (use false)");
+        }
+        return sy_api_fail(e, 400, "unsupported_parameter", "options", "options.%s is not an option this server knows",
+                           shown);
+    }
+    return 0;
+}
+
+/* *num_ctx: options.num_ctx, 0 when not given. */
+static int parse_options(const cJSON *body, sy_gen_params *p, uint32_t *num_ctx, sy_api_error *e) {
     *p = sy_gen_params_defaults();
     p->sampling.seed = sy_api_random_seed();
+    *num_ctx = 0;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(body, "options");
     if (o == NULL || cJSON_IsNull(o)) return 0;
     if (!cJSON_IsObject(o)) return sy_api_fail(e, 400, "invalid_type", "options", "options must be an object");
+    if (check_option_names(o, e) != 0) return -1;
     const char *pre = "options.";
     bool present;
     int64_t i;
@@ -118,9 +167,7 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
     if (sy_json_get_integer(o, pre, "num_predict", -2, INT32_MAX, &i, &present, e) != 0) return -1;
     if (present) p->max_tokens = i <= 0 ? 0 : (uint32_t)i; /* -1 infinite, -2 fill the context */
     if (sy_json_get_integer(o, pre, "num_ctx", 1, INT32_MAX, &i, &present, e) != 0) return -1;
-    if (present)
-        sy_log(SY_LOG_DEBUG, "ollama: options.num_ctx %lld accepted and ignored: the context is set when the "
-                             "model is loaded (its config)", (long long)i);
+    if (present) *num_ctx = (uint32_t)i;
     if (sy_json_get_number(o, pre, "temperature", 0, 100, &d, &present, e) != 0) return -1;
     if (present) p->sampling.temperature = (float)d;
     if (sy_json_get_integer(o, pre, "top_k", 0, 1 << 20, &i, &present, e) != 0) return -1;
@@ -143,6 +190,27 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
     if (present) p->sampling.presence_penalty = (float)d;
     if (sy_json_get_number(o, pre, "frequency_penalty", -2, 2, &d, &present, e) != 0) return -1;
     if (present) p->sampling.frequency_penalty = (float)d;
+    if (sy_api_sampling_fields(o, pre, false, p, e) != 0) return -1;
+    return 0;
+}
+
+/* options.num_ctx as a per-request limit inside the loaded context (the context is sized when the model loads,
+ * from its config; a larger num_ctx cannot grow it and is limited to it, which the log says): the prompt must
+ * fit, and the generation stops where prompt and output fill num_ctx. */
+static int apply_num_ctx(const sy_api_model *m, uint32_t num_ctx, size_t n_prompt, sy_gen_params *p, sy_api_error *e) {
+    if (num_ctx == 0) return 0;
+    uint32_t loaded = m->lm->info.n_ctx;
+    if (loaded > 0 && num_ctx > loaded) {
+        sy_log(SY_LOG_INFO, "ollama: options.num_ctx %u is larger than the context model %s was loaded with (%u): "
+                            "limited to %u (set ctx_size in its config for more)", num_ctx, m->name, loaded, loaded);
+        num_ctx = loaded;
+    }
+    if (n_prompt >= num_ctx)
+        return sy_api_fail(e, 400, "context_length_exceeded", "options.num_ctx",
+                           "the prompt is %zu tokens, which leaves no room to generate within options.num_ctx %u",
+                           n_prompt, num_ctx);
+    uint32_t room = num_ctx - (uint32_t)n_prompt;
+    if (p->max_tokens == 0 || p->max_tokens > room) p->max_tokens = room;
     return 0;
 }
 
@@ -154,9 +222,6 @@ static int refuse_unsupported(const cJSON *body, sy_api_error *e) {
     v = cJSON_GetObjectItemCaseSensitive(body, "images");
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "images", "image inputs are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
-    if (cJSON_IsString(v) && v->valuestring[0] != '\0')
-        return sy_api_fail(e, 400, "unsupported_parameter", "suffix", "suffix (fill-in-the-middle) is not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "template");
     if (cJSON_IsString(v) && v->valuestring[0] != '\0')
         return sy_api_fail(e, 400, "unsupported_parameter", "template",
@@ -310,7 +375,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     size_t n_tokens = 0;
     sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
-    const char *prompt = NULL, *system = NULL;
+    const char *prompt = NULL, *system = NULL, *suffix = NULL;
     bool stream = true, raw = false;
     int64_t keep_alive = SY_MODEL_TTL_CONFIGURED;
     sy_api_gen *g = NULL;
@@ -326,7 +391,8 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     if (refuse_unsupported(body, &e) != 0) goto fail;
     if (sy_json_get_bool(body, NULL, "stream", &stream, NULL, &e) != 0) goto fail;
     if (parse_keep_alive(body, &keep_alive, &e) != 0) goto fail;
-    if (parse_options(body, &params, &e) != 0) goto fail;
+    uint32_t num_ctx = 0;
+    if (parse_options(body, &params, &num_ctx, &e) != 0) goto fail;
     bool unload_now = keep_alive == 0;
 
     bool empty;
@@ -338,6 +404,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     } else {
         if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, &e) != 0) goto fail;
         if (sy_json_get_string(body, NULL, "system", &system, NULL, &e) != 0) goto fail;
+        if (sy_json_get_string(body, NULL, "suffix", &suffix, NULL, &e) != 0) goto fail;
         if (sy_json_get_bool(body, NULL, "raw", &raw, NULL, &e) != 0) goto fail;
         empty = prompt == NULL || prompt[0] == '\0';
     }
@@ -358,6 +425,10 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         size_t len = 0;
         if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+    } else if (suffix != NULL && suffix[0] != '\0') {
+        /* fill-in-the-middle (Ollama's insert capability): the prompt is the text before the cursor */
+        sy_api_fim_input fim = {.prefix = prompt, .suffix = suffix, .n_predict = params.max_tokens ? (int64_t)params.max_tokens : -1};
+        tokens = sy_api_fim_prompt(r, &m, &fim, &n_tokens, &e);
     } else if (raw) {
         tokens = sy_api_tokenize_prompt(&m, prompt, strlen(prompt), false, &n_tokens, &e);
     } else {
@@ -370,6 +441,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
     }
     if (tokens == NULL) goto fail;
+    if (apply_num_ctx(&m, num_ctx, n_tokens, &params, &e) != 0) goto fail;
 
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;

@@ -9,8 +9,10 @@
 #include <time.h>
 #include "api/constraint.h"
 #include "api/context.h"
+#include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/sampling_fields.h"
 #include "base/util.h"
 
 /* What a request asked for beyond the sampling parameters, and the state of its stream. */
@@ -48,12 +50,22 @@ static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
     v = cJSON_GetObjectItemCaseSensitive(body, "functions");
     if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "functions", "functions are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
-    if (cJSON_IsObject(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "logit_bias", "logit_bias is not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
-    if (!chat && cJSON_IsString(v) && v->valuestring[0] != '\0')
-        return sy_api_fail(e, 400, "unsupported_parameter", "suffix", "suffix (fill-in-the-middle) is not supported");
+    /* Fields that would change the output and are not implemented. (user, store, metadata, service_tier and
+     * prediction change nothing here: they are accepted and ignored.) */
+    v = cJSON_GetObjectItemCaseSensitive(body, "audio");
+    if (v != NULL && !cJSON_IsNull(v))
+        return sy_api_fail(e, 400, "unsupported_parameter", "audio", "audio output is not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "modalities");
+    if (cJSON_IsArray(v)) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, v) {
+            if (!cJSON_IsString(m) || strcmp(m->valuestring, "text") != 0)
+                return sy_api_fail(e, 400, "unsupported_value", "modalities", "modalities: only \"text\" is supported");
+        }
+    }
+    v = cJSON_GetObjectItemCaseSensitive(body, "web_search_options");
+    if (v != NULL && !cJSON_IsNull(v))
+        return sy_api_fail(e, 400, "unsupported_parameter", "web_search_options", "web search is not supported");
     int64_t one = 1;
     bool present;
     if (sy_json_get_integer(body, NULL, "best_of", 1, 1, &one, &present, e) != 0)
@@ -106,6 +118,7 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
     p->sampling.seed = present ? seed : sy_api_random_seed();
     if (sy_json_get_stop(body, NULL, "stop", p, e) != 0) return -1;
     if (sy_json_get_bool(body, NULL, "speculative", &p->speculative, NULL, e) != 0) return -1;
+    if (sy_api_sampling_fields(body, NULL, true, p, e) != 0) return -1;
 
     if (q->chat) {
         bool lp = false;
@@ -450,7 +463,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     size_t n_tokens = 0;
     sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
-    const char *text = NULL;
+    const char *text = NULL, *suffix = NULL;
     sy_api_gen *g = NULL;
 
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
@@ -470,6 +483,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
         }
     } else {
         if (parse_completion_prompt(body, &text, &tokens, &n_tokens, &e) != 0) goto fail;
+        if (sy_json_get_string(body, NULL, "suffix", &suffix, NULL, &e) != 0) goto fail;
     }
 
     if (sy_api_acquire(r, model_name, &m, &e) != 0) goto fail;
@@ -484,6 +498,16 @@ static void openai_generate(sy_http_request *r, bool chat) {
         if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
+    } else if (suffix != NULL && suffix[0] != '\0') {
+        /* fill-in-the-middle: the prompt is the text before the cursor */
+        if (text == NULL) {
+            sy_api_fail(&e, 400, "invalid_value", "suffix", "suffix needs a text prompt, not token ids");
+            goto fail;
+        }
+        sy_api_fim_input fim = {.prefix = text, .suffix = suffix, .n_predict = params.max_tokens ? (int64_t)params.max_tokens : -1};
+        tokens = sy_api_fim_prompt(r, &m, &fim, &n_tokens, &e);
+        if (tokens == NULL) goto fail;
+        if (q->echo) q->echo_text = sy_strdup(text);
     } else if (text != NULL) {
         tokens = sy_api_tokenize_prompt(&m, text, strlen(text), false, &n_tokens, &e);
         if (tokens == NULL) goto fail;
@@ -506,9 +530,18 @@ static void openai_generate(sy_http_request *r, bool chat) {
         }
     }
 
+    for (uint32_t i = 0; i < params.sampling.n_logit_bias; i++) {
+        if ((uint32_t)params.sampling.logit_bias[i].token >= m.lm->info.n_vocab) {
+            sy_api_fail(&e, 400, "invalid_value", "logit_bias", "logit_bias: token %d is outside the vocabulary (%u)",
+                        params.sampling.logit_bias[i].token, m.lm->info.n_vocab);
+            goto fail;
+        }
+    }
+
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
     sy_api_constraint_clear(&params); /* the scheduler holds the grammar now */
+    sy_api_sampling_fields_free(&params); /* and its copy of logit_bias */
     free(tokens);
     tokens = NULL;
     free(prompt_text);
@@ -530,6 +563,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
 fail:
     sy_api_respond_error(r, &e);
     sy_api_constraint_clear(&params);
+    sy_api_sampling_fields_free(&params);
     sy_api_model_release(&m);
     free(tokens);
     free(prompt_text);
