@@ -30,6 +30,7 @@ typedef struct openai_request {
     char fingerprint[40];
     size_t text_offset;   /* completions logprobs: bytes of text so far */
     bool sent_first;      /* stream: the opening chunk went out */
+    uint32_t n_choices;   /* n: independent samples of one prompt */
 } openai_request;
 
 static void openai_request_free(void *p) {
@@ -41,6 +42,8 @@ static void openai_request_free(void *p) {
 
 /* ------------------------------------------------------------------------------------------------------------
  * Parameters */
+
+#define SY_OPENAI_MAX_CHOICES 16
 
 /* Refuse, by name, the features this server does not implement, rather than silently ignoring them. */
 static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
@@ -85,8 +88,12 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
         if (sy_json_get_bool(so, "stream_options.", "include_usage", &q->include_usage, NULL, e) != 0) return -1;
     }
     int64_t n = 1;
-    if (sy_json_get_integer(body, NULL, "n", INT32_MIN, INT32_MAX, &n, NULL, e) != 0) return -1;
-    if (n != 1) return sy_api_fail(e, 400, "unsupported_value", "n", "n: only 1 choice per request is supported");
+    if (sy_json_get_integer(body, NULL, "n", 1, SY_OPENAI_MAX_CHOICES, &n, NULL, e) != 0) return -1;
+    if (n > 1 && q->stream)
+        return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is supported without streaming only");
+    if (n > 1 && q->echo)
+        return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is not supported with echo");
+    q->n_choices = (uint32_t)n;
 
     int64_t max_tokens = 0;
     bool have_max = false;
@@ -446,6 +453,153 @@ static void respond_collected(sy_http_request *r, openai_request *q, sy_api_gen 
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * n > 1: independent samples of one prompt. The first choice is submitted alone and the others once its first
+ * event came (its prompt is then in its slot), so they fork its KV instead of prefilling the prompt again. Choice
+ * i samples with a seed derived from the request's (choice 0 keeps it, so n = 1 and the first of n agree). */
+
+static uint64_t choice_seed(uint64_t seed, uint32_t i) {
+    if (i == 0) return seed;
+    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* One choice collected: its text (and logprobs) into a choice object; NULL with *status/msg on failure. */
+static cJSON *collect_choice(openai_request *q, sy_api_gen *g, sy_api_event *first, uint32_t index,
+                             sy_gen_usage *usage, int *status, char *msg, size_t msg_size) {
+    sy_buf text;
+    sy_buf_init(&text);
+    cJSON *lp = NULL;
+    if (q->logprobs) {
+        if (q->chat) {
+            lp = cJSON_CreateObject();
+            cJSON_AddArrayToObject(lp, "content");
+        } else {
+            lp = completion_logprobs_new();
+        }
+    }
+    const sy_loaded_model *lm = sy_api_gen_model(g);
+    cJSON *c = NULL;
+    sy_api_event *ev = first;
+    for (; ev != NULL || (ev = sy_api_gen_next(g)) != NULL; ev = NULL) {
+        if (ev->type == SY_GEN_EVENT_TEXT) {
+            if (lp && ev->token >= 0) {
+                if (q->chat)
+                    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "content"), chat_logprob_entry(lm, ev));
+                else completion_logprob_add(lp, lm, ev, text.len);
+            }
+            sy_buf_append(&text, ev->text, ev->text_len);
+            sy_api_event_free(ev);
+            continue;
+        }
+        if (ev->type == SY_GEN_EVENT_ERROR) {
+            *status = 500;
+            snprintf(msg, msg_size, "%s", ev->message);
+        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
+            *status = 503;
+            snprintf(msg, msg_size, "the server is shutting down");
+        } else {
+            c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", index);
+            if (q->chat) {
+                cJSON *m = cJSON_AddObjectToObject(c, "message");
+                cJSON_AddStringToObject(m, "role", "assistant");
+                cJSON_AddStringToObject(m, "content", text.data ? text.data : "");
+                cJSON_AddNullToObject(m, "refusal");
+            } else {
+                cJSON_AddStringToObject(c, "text", text.data ? text.data : "");
+            }
+            if (lp) cJSON_AddItemToObject(c, "logprobs", lp), lp = NULL;
+            else cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddStringToObject(c, "finish_reason", finish_reason(ev->finish_reason));
+            *usage = ev->usage;
+        }
+        sy_api_event_free(ev);
+        break;
+    }
+    if (c == NULL && *status == 0) {
+        *status = 499;
+        snprintf(msg, msg_size, "the client went away");
+    }
+    cJSON_Delete(lp);
+    sy_buf_free(&text);
+    return c;
+}
+
+static void respond_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
+                            const int32_t *tokens, size_t n_tokens, sy_gen_params *params) {
+    uint32_t n = q->n_choices;
+    sy_api_gen **gens = sy_xcalloc(n, sizeof *gens);
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    uint64_t seed = params->sampling.seed;
+    sy_api_event *first = NULL;
+    int failed = 0;
+    for (uint32_t i = 0; i < n && !failed; i++) {
+        sy_api_model mi;
+        sy_api_model *m = m0;
+        if (i > 0) { /* each choice holds its own lease on the model, as its own generation does */
+            if (sy_api_acquire(r, model_name, &mi, &e) != 0) {
+                failed = 1;
+                break;
+            }
+            m = &mi;
+        }
+        params->sampling.seed = choice_seed(seed, i);
+        gens[i] = sy_api_gen_start(r, m, tokens, n_tokens, params, &e);
+        if (gens[i] == NULL) {
+            if (i > 0) sy_api_model_release(&mi);
+            failed = 1;
+            break;
+        }
+        /* the first choice's prompt is in its slot once its first event comes: the others fork it */
+        if (i == 0 && n > 1) first = sy_api_gen_next(gens[0]);
+    }
+    params->sampling.seed = seed;
+    if (failed) {
+        sy_api_event_free(first);
+        for (uint32_t i = 0; i < n; i++)
+            if (gens[i]) sy_api_gen_finish(gens[i]);
+        free(gens);
+        sy_api_model_release(m0);
+        sy_api_respond_error(r, &e);
+        return;
+    }
+    cJSON *o = envelope(q, false);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    sy_gen_usage total;
+    memset(&total, 0, sizeof total);
+    int status = 0;
+    char msg[1024] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        sy_gen_usage u;
+        memset(&u, 0, sizeof u);
+        cJSON *c = status == 0 ? collect_choice(q, gens[i], i == 0 ? first : NULL, i, &u, &status, msg, sizeof msg)
+                               : NULL;
+        if (i == 0) first = NULL;
+        if (c) cJSON_AddItemToArray(choices, c);
+        sy_api_gen_finish(gens[i]);
+        if (i == 0) total = u; /* the prompt once, as OpenAI counts it */
+        else {
+            total.completion_tokens += u.completion_tokens;
+            total.cached_tokens = total.cached_tokens > u.cached_tokens ? total.cached_tokens : u.cached_tokens;
+            total.drafted_tokens += u.drafted_tokens;
+            total.accepted_tokens += u.accepted_tokens;
+        }
+    }
+    free(gens);
+    if (status != 0) {
+        cJSON_Delete(o);
+        const char *code = status == 503 ? "server_stopping" : status == 499 ? "client_gone" : "generation_failed";
+        sy_http_respond_error(r, status, code, NULL, "%s", msg);
+        return;
+    }
+    cJSON_AddItemToObject(o, "usage", usage_json(&total));
+    sy_http_respond_json(r, 200, o);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * The two generation endpoints */
 
 static void openai_generate(sy_http_request *r, bool chat) {
@@ -538,6 +692,17 @@ static void openai_generate(sy_http_request *r, bool chat) {
         }
     }
 
+    if (q->n_choices > 1) {
+        respond_choices(r, q, &m, model_name, tokens, n_tokens, &params);
+        sy_api_constraint_clear(&params);
+        sy_api_sampling_fields_free(&params);
+        free(tokens);
+        free(prompt_text);
+        sy_api_messages_free(&messages);
+        cJSON_Delete(body);
+        openai_request_free(q);
+        return;
+    }
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
     sy_api_constraint_clear(&params); /* the scheduler holds the grammar now */
