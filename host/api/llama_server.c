@@ -11,6 +11,8 @@
 #include "api/generation.h"
 #include "api/lease.h"
 #include "api/model_facts.h"
+#include "api/model_params.h"
+#include "config/request_params.h"
 #include "api/request.h"
 #include "base/utf8.h"
 #include "base/util.h"
@@ -230,6 +232,16 @@ void sy_api_llama_props(sy_http_request *r) {
     cJSON_AddNumberToObject(params, "frequency_penalty", decimal(p.sampling.frequency_penalty));
     cJSON_AddNumberToObject(params, "n_predict", -1);
     cJSON_AddArrayToObject(params, "stop");
+    /* the model's own settings from the config: what a request that leaves them unset gets */
+    for (int kind = SY_REQUEST_PARAM_DEFAULT; kind <= SY_REQUEST_PARAM_SET; kind++) {
+        for (size_t i = 0; i < cm->n_request_params; i++) {
+            const sy_config_request_param *rp = &cm->request_params[i];
+            if ((int)rp->kind != kind) continue;
+            const char *field = strcmp(rp->key, "max_tokens") == 0 ? "n_predict" : rp->key;
+            cJSON_DeleteItemFromObjectCaseSensitive(params, field);
+            cJSON_AddItemToObject(params, field, sy_api_model_param_json(rp->key, rp->value));
+        }
+    }
     cJSON_AddNumberToObject(json, "total_slots", cm->parallel);
     cJSON_AddStringToObject(json, "model_path", cm->path ? cm->path : "");
     cJSON_AddStringToObject(json, "model_alias", cm->name);

@@ -14,6 +14,7 @@
 #include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/model_params.h"
 #include "api/sampling_fields.h"
 #include "api/model_facts.h"
 #include "base/log.h"
@@ -388,6 +389,8 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         goto fail;
     }
     snprintf(q->model, sizeof q->model, "%s", model_name);
+    sy_api_apply_model_params(sy_api_ctx(r), model_name, body,
+                              chat ? SY_API_PARAMS_OLLAMA_CHAT : SY_API_PARAMS_OLLAMA_GENERATE);
     if (refuse_unsupported(body, &e) != 0) goto fail;
     if (sy_json_get_bool(body, NULL, "stream", &stream, NULL, &e) != 0) goto fail;
     if (parse_keep_alive(body, &keep_alive, &e) != 0) goto fail;

@@ -12,6 +12,7 @@
 #include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/model_params.h"
 #include "api/sampling_fields.h"
 #include "base/util.h"
 
@@ -622,6 +623,8 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
     if (sy_json_get_string(body, NULL, "model", &model_name, NULL, &e) != 0) goto fail;
+    sy_api_apply_model_params(sy_api_ctx(r), model_name, body,
+                              chat ? SY_API_PARAMS_OPENAI_CHAT : SY_API_PARAMS_OPENAI_COMPLETION);
     if (parse_params(body, q, &params, &e) != 0) goto fail;
     if (sy_api_constraint_openai(sy_api_ctx(r), body, &params, &e) != 0) goto fail;
     if (chat) {
