@@ -756,6 +756,11 @@ static cJSON *model_object(const sy_config_model *cm) {
     cJSON_AddStringToObject(o, "owned_by", "switchyard");
     cJSON *aliases = cJSON_AddArrayToObject(o, "aliases");
     for (size_t i = 0; i < cm->aliases.count; i++) cJSON_AddItemToArray(aliases, cJSON_CreateString(cm->aliases.items[i]));
+    cJSON *meta = cJSON_AddObjectToObject(o, "meta"); /* llama-server puts the model's facts here */
+#ifdef SY_VERSION
+    cJSON_AddStringToObject(meta, "switchyard_version", SY_VERSION);
+#endif
+    cJSON_AddStringToObject(meta, "plugin", cm->plugin ? cm->plugin : "");
     return o;
 }
 

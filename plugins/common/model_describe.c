@@ -5,9 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hf_config.h"
-#include "quantize.h"
-#include "sy_dtype.h"
 
 const char *const sy_fim_kind_names[SY_FIM_KINDS] = {"pre", "suf", "mid", "pad", "rep", "sep"};
 
@@ -78,11 +75,27 @@ static void put_kv(emitter *e, const sy_gguf *g, uint64_t kv) {
     }
 }
 
+/* llama.cpp's llama_ftype names, as general.file_type numbers them (Ollama shows them as quantization_level). */
+static const char *ftype_name(uint64_t ft) {
+    static const struct {
+        uint32_t id;
+        const char *name;
+    } names[] = {{0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {3, "Q4_1"}, {7, "Q8_0"}, {8, "Q5_0"}, {9, "Q5_1"},
+                 {10, "Q2_K"}, {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"},
+                 {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"}, {19, "IQ2_XXS"}, {20, "IQ2_XS"}, {21, "Q2_K_S"},
+                 {22, "IQ3_XS"}, {23, "IQ3_XXS"}, {24, "IQ1_S"}, {25, "IQ4_NL"}, {26, "IQ3_S"}, {27, "IQ3_M"},
+                 {28, "IQ2_S"}, {29, "IQ2_M"}, {30, "IQ4_XS"}, {31, "IQ1_M"}, {32, "BF16"}, {36, "TQ1_0"},
+                 {37, "TQ2_0"}, {38, "MXFP4"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].id == ft) return names[i].name;
+    return NULL;
+}
+
 /* The file type from general.file_type, or else from the type holding most bytes of 2-D tensors. */
 static const char *file_type_name(const sy_gguf *g, int64_t *ftype) {
     uint64_t ft;
     if (sy_gguf_get_uint(g, "general.file_type", &ft) == 1 && ft <= INT32_MAX) {
-        const char *name = sy_quant_ftype_name((sy_quant_ftype)ft);
+        const char *name = ftype_name(ft);
         if (name) {
             *ftype = (int64_t)ft;
             return name;
@@ -152,46 +165,3 @@ sy_status sy_gguf_describe(const sy_gguf *g, const sy_metadata_sink *sink) {
     return SY_OK;
 }
 
-sy_status sy_hf_describe(const char *dir, const sy_metadata_sink *sink, char *err, size_t err_size) {
-    sy_hf_config cfg;
-    if (!sy_hf_config_load(dir, &cfg, NULL, err, err_size)) return SY_ERR_FORMAT;
-    emitter e = {sink, 0};
-    const char *arch = cfg.model_type[0] ? cfg.model_type : sy_hf_arch_name(cfg.arch);
-    put_str(&e, "general.architecture", arch);
-    const char *base;
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    base = dir;
-    for (size_t i = 0; i < n; i++)
-        if (dir[i] == '/') base = dir + i + 1;
-    put(&e, "general.name", SY_META_STRING, base, (size_t)(dir + n - base), 0, 0);
-    char key[128];
-#define ARCH_INT(suffix, value)                                                                                       \
-    do {                                                                                                              \
-        snprintf(key, sizeof key, "%.64s." suffix, arch);                                                             \
-        put_int(&e, key, (int64_t)(value));                                                                           \
-    } while (0)
-    ARCH_INT("context_length", cfg.max_position_embeddings);
-    ARCH_INT("embedding_length", cfg.hidden_size);
-    ARCH_INT("block_count", cfg.num_hidden_layers);
-    ARCH_INT("feed_forward_length", cfg.intermediate_size);
-    ARCH_INT("attention.head_count", cfg.num_attention_heads);
-    ARCH_INT("attention.head_count_kv", cfg.num_key_value_heads);
-    ARCH_INT("attention.key_length", cfg.head_dim);
-    ARCH_INT("vocab_size", cfg.vocab_size);
-#undef ARCH_INT
-    snprintf(key, sizeof key, "%.64s.rope.freq_base", arch);
-    put(&e, key, SY_META_FLOAT, NULL, 0, 0, cfg.rope.theta);
-    snprintf(key, sizeof key, "%.64s.attention.layer_norm_rms_epsilon", arch);
-    put(&e, key, SY_META_FLOAT, NULL, 0, 0, cfg.rms_norm_eps);
-    const char *dtype = cfg.torch_dtype == SY_DTYPE_F32 ? "F32" : cfg.torch_dtype == SY_DTYPE_F16 ? "F16" : cfg.torch_dtype == SY_DTYPE_BF16 ? "BF16"
-                                                                                                            : NULL;
-    if (dtype) put_str(&e, "general.file_type_name", dtype);
-    /* The parameter count from the shapes the config implies (embeddings, attention, MLP, norms). */
-    uint64_t h = cfg.hidden_size, kv = (uint64_t)cfg.num_key_value_heads * cfg.head_dim,
-             q = (uint64_t)cfg.num_attention_heads * cfg.head_dim, ff = cfg.intermediate_size;
-    uint64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h;
-    uint64_t total = (uint64_t)cfg.vocab_size * h * (cfg.tie_word_embeddings ? 1 : 2) + per_layer * cfg.num_hidden_layers + h;
-    put_int(&e, "general.parameter_count", total > INT64_MAX ? INT64_MAX : (int64_t)total);
-    return SY_OK;
-}
