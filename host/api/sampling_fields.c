@@ -20,7 +20,7 @@ static int parse_bias_entry(const char *id_text, const cJSON *value, size_t i, s
     if (isfinite(b) && (b < -100 || b > 100))
         return sy_api_fail(e, 400, "invalid_value", name, "%s[%s] is %g, outside -100..100", name, id_text, b);
     out->token = (int32_t)id;
-    out->bias = isfinite(b) ? (float)b : SY_LOGIT_BIAS_BAN;
+    out->bias = (float)b;
     return 0;
 }
 

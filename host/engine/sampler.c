@@ -213,15 +213,17 @@ static void renormalise(candidate *c, uint32_t kept) {
     for (uint32_t i = 0; i < kept; i++) c[i].p /= sum;
 }
 
-int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+/* The chain up to the draw: a token when the choice is made already (greedy, everything banned), else -1 with
+ * cands[0..*kept) weighted by their tempered p (summing to *sum). */
+static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, size_t n_history, uint32_t *kept_out,
+                         double *sum_out) {
     const sy_sampler_params *p = &s->params;
     uint32_t n = s->n_vocab;
     /* llama.cpp's chain: logit bias, penalties, top-k, typical-p, top-p, min-p, XTC, temperature, the draw */
     for (uint32_t i = 0; i < p->n_logit_bias; i++) {
         int32_t t = p->logit_bias[i].token;
         if (t < 0 || (uint32_t)t >= n) continue;
-        if (p->logit_bias[i].bias <= SY_LOGIT_BIAS_BAN) logits[t] = -INFINITY;
-        else logits[t] += p->logit_bias[i].bias;
+        logits[t] += p->logit_bias[i].bias; /* -INFINITY removes it; -100, as in llama.cpp, all but does */
     }
     apply_penalties(s, logits, history, n_history);
     memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);
@@ -288,12 +290,38 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
         s->cands[i].p = exp(((double)s->cands[i].logit - top) / p->temperature);
         sum += s->cands[i].p;
     }
+    *kept_out = kept;
+    *sum_out = sum;
+    return -1;
+}
+
+int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    uint32_t kept = 0;
+    double sum = 0;
+    int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
+    if (chosen >= 0) return chosen;
     double r = sy_rng_uniform(&s->rng) * sum, acc = 0;
     for (uint32_t i = 0; i < kept; i++) {
         acc += s->cands[i].p;
         if (r < acc) return s->cands[i].id;
     }
     return s->cands[kept - 1].id;
+}
+
+size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                               int32_t *ids, double *probs, size_t cap) {
+    uint32_t kept = 0;
+    double sum = 0;
+    int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
+    if (chosen >= 0) {
+        if (cap > 0) ids[0] = chosen, probs[0] = 1.0;
+        return 1;
+    }
+    for (uint32_t i = 0; i < kept && i < cap; i++) {
+        ids[i] = s->cands[i].id;
+        probs[i] = s->cands[i].p / sum;
+    }
+    return kept;
 }
 
 double sy_sampler_last_logprob(const sy_sampler *s, int32_t token) {

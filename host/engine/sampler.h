@@ -6,12 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One entry of OpenAI's logit_bias: added to the token's logit; SY_LOGIT_BIAS_BAN or below removes it. */
+/* One entry of OpenAI's logit_bias: added to the token's logit, as llama.cpp adds it (-100 leaves the token a
+ * weight of e^-100: never chosen); -INFINITY (llama.cpp's `false`) removes it. */
 typedef struct sy_logit_bias {
     int32_t token;
     float bias;
 } sy_logit_bias;
-#define SY_LOGIT_BIAS_BAN (-100.0f)
 #define SY_MAX_LOGIT_BIAS 1024
 
 typedef struct sy_sampler_params {
@@ -46,6 +46,12 @@ void sy_sampler_free(sy_sampler *s);
 
 /* The next token. `logits` (n_vocab floats) may be modified. `history` are the tokens so far (for penalties). */
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history);
+
+/* The distribution sy_sampler_sample draws from for this row, without drawing: the candidates that survive the
+ * chain (best first) and their probabilities after temperature (summing to 1). Writes at most cap; returns the
+ * count. It consumes randomness as sampling does (XTC's coin), so it is for tests and diagnostics. */
+size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                               int32_t *ids, double *probs, size_t cap);
 
 /* The probability the sampler's distribution gave each token of its last call: for logprobs. Returns the
  * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. One pass over the
