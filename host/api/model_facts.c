@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/utf8.h"
 #include "base/util.h"
@@ -96,13 +97,20 @@ void sy_api_human_number(uint64_t n, char *out, size_t size) {
 cJSON *sy_api_model_details(const sy_config_model *cm, const cJSON *meta) {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "parent_model", "");
+    /* the file's format: a folder is a Hugging Face checkpoint; a GGUF (an Ollama blob too) starts "GGUF" */
     const char *path = cm && cm->path ? cm->path : "";
-    size_t n = strlen(path);
-    const char *format = (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) ? "gguf"
-                         : sy_api_meta_string(meta, "general.file_type_name") && cm && cm->plugin &&
-                                   strcmp(cm->plugin, "qwen-cpu-mmap") == 0
-                             ? "safetensors"
-                             : meta ? "gguf" : (cm && cm->plugin ? cm->plugin : "");
+    const char *format = cm && cm->plugin ? cm->plugin : "";
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        format = "safetensors";
+    } else {
+        FILE *f = fopen(path, "rb");
+        char magic[4] = {0};
+        if (f != NULL) {
+            if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0) format = "gguf";
+            fclose(f);
+        }
+    }
     cJSON_AddStringToObject(d, "format", format);
     const char *arch = sy_api_meta_string(meta, "general.architecture");
     cJSON_AddStringToObject(d, "family", arch ? arch : "");
