@@ -370,6 +370,30 @@ static int infill_params(const cJSON *body, sy_gen_params *p, int64_t *n_predict
     return 0;
 }
 
+/* As sy_api_llama_model_name, except that without a name among several models the first configured one with
+ * FIM tokens is meant (llama.vscode and llama.vim send no model). */
+static bool infill_model_name(sy_http_request *r, const cJSON *body, char *out, size_t size) {
+    const cJSON *v = body ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
+    const char *q = sy_http_query(r, "model");
+    sy_api_context *srv = sy_api_ctx(r);
+    const sy_config *cfg = sy_api_config_acquire(srv);
+    bool named = (v != NULL && !cJSON_IsNull(v)) || (q != NULL && q[0] != '\0');
+    bool found = false;
+    for (size_t i = 0; !named && cfg && cfg->n_models > 1 && i < cfg->n_models && !found; i++) {
+        char err[256];
+        cJSON *meta = sy_api_model_metadata(srv, &cfg->models[i], err, sizeof err);
+        sy_api_fim_tokens fim;
+        sy_api_fim_tokens_of(meta, &fim);
+        cJSON_Delete(meta);
+        if (sy_api_fim_supported(&fim)) {
+            snprintf(out, size, "%s", cfg->models[i].name);
+            found = true;
+        }
+    }
+    sy_api_config_release(srv, cfg);
+    return found || sy_api_llama_model_name(r, body, out, size);
+}
+
 void sy_api_llama_infill(sy_http_request *r) {
     sy_api_error e;
     memset(&e, 0, sizeof e);
@@ -423,7 +447,7 @@ void sy_api_llama_infill(sy_http_request *r) {
     }
     if (infill_params(body, &params, &in.n_predict, &e) != 0) goto fail;
     char name[SY_CONFIG_MAX_NAME_LEN + 2];
-    if (!sy_api_llama_model_name(r, body, name, sizeof name)) {
+    if (!infill_model_name(r, body, name, sizeof name)) {
         free(chunks);
         infill_request_free(q);
         cJSON_Delete(body);

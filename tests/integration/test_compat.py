@@ -255,6 +255,9 @@ def t_fim(srv):
         raise CheckFailed("FIM on a model without FIM tokens accepted")
     except openai.BadRequestError as e:
         check("fill-in-the-middle" in e.body["message"], f"{e.body}")
+    # llama.vscode sends no model: the configured model with FIM tokens is meant
+    status, _, r = post(srv.base + "/infill", {"input_prefix": "def f(", "input_suffix": ")\n", "n_predict": 2})
+    check(status == 200 and r["model"] == "coder" and r["tokens_predicted"] == 2, f"/infill without a model {r}")
     status, _, r = post(srv.base + "/infill", {"model": "coder", "input_extra": [{"filename": "a"}]})
     check(status == 400 and r["error"]["param"] == "input_extra", f"bad input_extra {r}")
 
