@@ -29,6 +29,11 @@ static void push(tokens *t, const int32_t *ids, size_t n) {
 
 static void push1(tokens *t, int32_t id) { push(t, &id, 1); }
 
+/* The last n of src (none when src is empty). */
+static void push_tail(tokens *t, const tokens *src, size_t n) {
+    if (n > 0) push(t, src->v + (src->n - n), n);
+}
+
 /* Text as plain text (no special tokens recognised, nothing added), as llama-server tokenizes FIM parts. */
 static bool push_text(tokens *t, const sy_api_model *m, const char *text, uint32_t flags, sy_api_error *e,
                       const char *what) {
@@ -108,13 +113,13 @@ int32_t *sy_api_fim_prompt(sy_http_request *r, const sy_api_model *m, const sy_a
         size_t n_suffix = room <= 0 ? 0 : suffix.n < (size_t)room ? suffix.n : (size_t)room;
         long long extra_room = (long long)m->lm->info.n_ctx - SY_FIM_BATCH - 2 * (long long)in->n_predict;
         size_t n_extra = extra_room <= 0 ? 0 : extra.n < (unsigned long long)extra_room ? extra.n : (size_t)extra_room;
-        push(&out, extra.v + (extra.n - n_extra), n_extra);
+        push_tail(&out, &extra, n_extra);
         if (m->lm->info.add_bos && m->lm->info.bos_token >= 0) {
             /* BOS goes before the FIM prefix, after the extra context, as llama-server puts it */
             push1(&out, m->lm->info.bos_token);
         }
         push1(&out, fim.pre);
-        push(&out, prefix.v + (prefix.n - n_prefix), n_prefix);
+        push_tail(&out, &prefix, n_prefix);
         push(&out, prompt.v, prompt.n);
         push1(&out, fim.suf);
         push(&out, suffix.v, n_suffix);

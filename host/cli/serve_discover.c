@@ -266,16 +266,16 @@ static void walk_ollama(discovery *d, const char *root) {
                                         tags[t]->d_name);
                     free(file);
                 }
-                if (nt > 0) free_list(tags, nt);
+                if (nt >= 0) free_list(tags, nt);
                 free(mdir);
             }
-            if (nm > 0) free_list(models, nm);
+            if (nm >= 0) free_list(models, nm);
             free(ndir);
         }
-        if (nn > 0) free_list(nss, nn);
+        if (nn >= 0) free_list(nss, nn);
         free(hdir);
     }
-    if (nh > 0) free_list(hosts, nh);
+    if (nh >= 0) free_list(hosts, nh);
     free(manifests);
 }
 
