@@ -2,9 +2,11 @@
 #include "model_describe.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hf_config.h"
+#include "json_reader.h"
 #include "sy_dtype.h"
 
 typedef struct emitter {
@@ -20,6 +22,41 @@ static void put(emitter *e, const char *key, uint32_t type, const char *s, size_
 
 static void put_int(emitter *e, const char *key, int64_t i) { put(e, key, SY_META_INT, NULL, 0, i, 0); }
 static void put_str(emitter *e, const char *key, const char *s) { put(e, key, SY_META_STRING, s, strlen(s), 0, 0); }
+
+/* FIM token ids from tokenizer_config.json's added_tokens_decoder (id -> {"content": ...}), a small file,
+ * by the token texts llama.cpp recognises. A missing or unreadable file reports none. */
+static void describe_fim(emitter *e, const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= (int)sizeof path) return;
+    char *data = NULL;
+    size_t len = 0;
+    char err[256];
+    if (!sy_json_read_file(path, SY_HF_MAX_CONFIG_BYTES, &data, &len, err, sizeof err)) return;
+    sy_json_doc doc;
+    memset(&doc, 0, sizeof doc);
+    if (sy_json_parse(&doc, data, len, NULL, NULL) && !doc.saw_nul) {
+        int64_t fim[SY_FIM_KINDS];
+        for (int k = 0; k < SY_FIM_KINDS; k++) fim[k] = -1;
+        const sy_json *dec = sy_json_get(doc.root, "added_tokens_decoder");
+        for (const sy_json *t = sy_json_is_object(dec) ? dec->child : NULL; t; t = t->next) {
+            const sy_json *content = sy_json_get(t, "content");
+            if (!sy_json_is_string(content)) continue;
+            int k = sy_fim_kind_of_text(content->str, content->len);
+            char *end = NULL;
+            long long id = strtoll(t->key, &end, 10);
+            if (k < 0 || end == t->key || *end != '\0' || id < 0 || id > INT32_MAX || fim[k] >= 0) continue;
+            fim[k] = id;
+        }
+        for (int k = 0; k < SY_FIM_KINDS; k++) {
+            if (fim[k] < 0) continue;
+            char key[64];
+            snprintf(key, sizeof key, "tokenizer.ggml.fim_%s_token_id", sy_fim_kind_names[k]);
+            put_int(e, key, fim[k]);
+        }
+    }
+    sy_json_doc_free(&doc);
+    free(data);
+}
 
 sy_status sy_hf_describe(const char *dir, const sy_metadata_sink *sink, char *err, size_t err_size) {
     sy_hf_config cfg;
@@ -62,5 +99,6 @@ sy_status sy_hf_describe(const char *dir, const sy_metadata_sink *sink, char *er
     uint64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h;
     uint64_t total = (uint64_t)cfg.vocab_size * h * (cfg.tie_word_embeddings ? 1 : 2) + per_layer * cfg.num_hidden_layers + h;
     put_int(&e, "general.parameter_count", total > INT64_MAX ? INT64_MAX : (int64_t)total);
+    describe_fim(&e, dir);
     return SY_OK;
 }

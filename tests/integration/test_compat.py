@@ -285,6 +285,7 @@ def t_serve_models_dir(_main):
     shutil.copy(FIM_GGUF, os.path.join(root, "plain", "sub", "model.gguf"))
     shutil.copytree(os.path.join(ts.ARGS.source_dir, "tests", "fixtures", "hf", "qwen2-tied-f32"),
                     os.path.join(root, "plain", "hf-qwen"))
+    shutil.copytree(os.path.join(os.path.dirname(FIM_GGUF), "qwen-fim-tiny-hf"), os.path.join(root, "plain", "hf-coder"))
     # an Ollama models folder: a manifest naming its model layer in blobs/
     import hashlib
     with open(FIM_GGUF, "rb") as f:
@@ -304,7 +305,10 @@ def t_serve_models_dir(_main):
     srv = start("dir", ["--models-dir", os.path.join(root, "plain")])
     try:
         models = {m.id: m for m in srv.openai().models.list().data}
-        check(set(models) == {"Tiny-Coder", "sub", "hf-qwen"}, f"--models-dir found {sorted(models)}")
+        check(set(models) == {"Tiny-Coder", "sub", "hf-qwen", "hf-coder"}, f"--models-dir found {sorted(models)}")
+        hf = srv.ollama().show("hf-coder")
+        check(hf.details.format == "safetensors" and hf.details.family == "qwen2" and "insert" in hf.capabilities
+              and hf.modelinfo["qwen2.embedding_length"] == fim_model.HIDDEN, f"HF folder: {hf.details} {hf.capabilities}")
         check(models["Tiny-Coder"].aliases == ["qwen-fim-tiny-hf"], f"general.name alias {models['Tiny-Coder']}")
         r = srv.openai().completions.create(model="qwen-fim-tiny-hf", prompt="x", max_tokens=2)
         check(r.usage.completion_tokens == 2, "generate on a found model by its alias")
