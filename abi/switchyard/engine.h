@@ -33,6 +33,7 @@ extern "C" {
 #define SY_ENGINE_SAMPLING_INTERFACE_ID "sy.engine.sampling/1"
 #define SY_ENGINE_STATE_INTERFACE_ID "sy.engine.state/1"
 #define SY_ENGINE_RESOURCES_INTERFACE_ID "sy.engine.resources/1"
+#define SY_ENGINE_DESCRIBE_INTERFACE_ID "sy.engine.describe/1"
 
 typedef struct sy_model sy_model; /* a loaded model, owned by the plugin */
 typedef struct sy_seq sy_seq;     /* one sequence (its tokens and KV), owned by the plugin */
@@ -286,6 +287,48 @@ typedef struct sy_engine_resources_api {
      * size, threads, KV placement), within about 10%. Reads headers only. any-thread. */
     sy_status (*estimate)(const char *path, const sy_option *options, size_t n_options, sy_resource_estimate *out);
 } sy_engine_resources_api;
+
+
+/* ---------------------------------------------------------------------------------------------------------
+ * "sy.engine.describe/1" (optional): a model's metadata without loading it, for listings (Ollama's /api/tags and
+ * /api/show) that must not load or swap anything. Keys follow GGUF's names ("general.architecture",
+ * "<arch>.context_length", "tokenizer.ggml.fim_pre_token_id", ...) whatever the format, so a Hugging Face
+ * folder's config.json is reported under the same keys. Besides the file's own keys an engine reports, where it
+ * can work them out: "general.parameter_count" (the weights' element count), "general.file_type" (llama.cpp's
+ * ftype number) with "general.file_type_name" ("Q4_K_M"), and the FIM token ids
+ * ("tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id") found by the token conventions of known code models
+ * when the file does not name them. Arrays are reported by their element count only.
+ */
+enum {
+    SY_META_STRING = 0, /* value: the string (not NUL-terminated; len bytes) */
+    SY_META_INT = 1,    /* i */
+    SY_META_FLOAT = 2,  /* f */
+    SY_META_BOOL = 3,   /* i (0 or 1) */
+    SY_META_ARRAY = 4   /* i: the element count */
+};
+
+typedef struct sy_metadata_value {
+    uint32_t struct_size;
+    uint32_t type; /* SY_META_* */
+    const char *string;
+    size_t len;
+    int64_t i;
+    double f;
+} sy_metadata_value;
+
+typedef struct sy_metadata_sink {
+    uint32_t struct_size;
+    void *user;
+    /* One key and its value; both valid only during the call. A non-zero return stops the walk. */
+    int (*put)(void *user, const char *key, const sy_metadata_value *value);
+} sy_metadata_sink;
+
+typedef struct sy_engine_describe_api {
+    uint32_t struct_size;
+    /* Report the metadata of the model at path, reading headers only (no weight is touched). The same checks as
+     * load's on what it reads: a malformed file fails with SY_ERR_FORMAT and a message. any-thread. */
+    sy_status (*describe)(const char *path, const sy_metadata_sink *sink);
+} sy_engine_describe_api;
 
 #ifdef __cplusplus
 }

@@ -113,15 +113,19 @@ int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size) 
     const sy_config *cfg = sy_api_config_acquire(c);
     int rc = 0;
     if (cfg != NULL && cfg->host.api_keys.count > 0) {
+        /* Authorization: Bearer KEY (OpenAI, llama.cpp), or x-api-key: KEY (Anthropic-style clients) */
         const char *auth = sy_http_header(r, "Authorization");
-        if (auth == NULL) {
-            snprintf(msg, msg_size, "an API key is required: send the header 'Authorization: Bearer KEY'");
+        const char *x_key = sy_http_header(r, "x-api-key");
+        const char *key = NULL;
+        if (auth == NULL && x_key == NULL) {
+            snprintf(msg, msg_size, "an API key is required: send the header 'Authorization: Bearer KEY' or "
+                                    "'x-api-key: KEY'");
             rc = -1;
-        } else if (strncasecmp(auth, "Bearer ", 7) != 0) {
+        } else if (auth != NULL && strncasecmp(auth, "Bearer ", 7) != 0) {
             snprintf(msg, msg_size, "the Authorization header must be 'Bearer KEY'");
             rc = -1;
         } else {
-            const char *key = auth + 7;
+            key = auth != NULL ? auth + 7 : x_key;
             while (*key == ' ') key++;
             size_t key_len = strlen(key);
             bool ok = false;

@@ -66,6 +66,21 @@ int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, s
     return 0;
 }
 
+int sy_api_acquire_loaded(sy_http_request *r, const char *requested, sy_api_model *m) {
+    memset(m, 0, sizeof *m);
+    if (requested == NULL || requested[0] == '\0' || strlen(requested) > SY_CONFIG_MAX_NAME_LEN) return -1;
+    char err[256];
+    int status = 0;
+    sy_model_lease *lease = sy_model_manager_acquire_loaded(sy_api_manager(sy_api_ctx(r)), requested, err,
+                                                            sizeof err, &status);
+    if (lease == NULL) return -1;
+    m->lease = lease;
+    m->lm = sy_model_lease_model(lease);
+    snprintf(m->name, sizeof m->name, "%s", sy_model_lease_name(lease));
+    snprintf(m->requested, sizeof m->requested, "%s", requested);
+    return 0;
+}
+
 void sy_api_model_release(sy_api_model *m) {
     if (m->lease != NULL) sy_model_lease_release(m->lease);
     m->lease = NULL;

@@ -29,6 +29,8 @@ typedef struct sy_api_model {
 /* Acquire a lease (loading the model if needed): 400 without a name, 404 unknown (naming the models offered),
  * 503 load failed or timed out, 429 queue full. Lifts the connection's idle timeout. */
 int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, sy_api_error *e);
+/* A lease only if the model is loaded now (never loads, swaps or waits): 0, or -1 with m zeroed. */
+int sy_api_acquire_loaded(sy_http_request *r, const char *requested, sy_api_model *m);
 /* Release the lease if still held. */
 void sy_api_model_release(sy_api_model *m);
 

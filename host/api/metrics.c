@@ -301,6 +301,14 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
             sy_buf_printf(&b, "\"} %llu\n", (unsigned long long)v);
         }
     }
+    /* The same totals under llama-server's names (all models together, as one llama-server has one), so that
+     * dashboards built for it work. */
+    uint64_t all_prompt = 0, all_generated = 0;
+    for (size_t i = 0; i < m->n_tokens; i++) all_prompt += m->tokens[i].prompt, all_generated += m->tokens[i].generated;
+    header(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.");
+    sy_buf_printf(&b, "llamacpp:prompt_tokens_total %llu\n", (unsigned long long)all_prompt);
+    header(&b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.");
+    sy_buf_printf(&b, "llamacpp:tokens_predicted_total %llu\n", (unsigned long long)all_generated);
     render_histogram(&b, "switchyard_time_to_first_token_seconds",
                      "Seconds from a request's arrival to its first output token.", &m->ttft);
     render_histogram(&b, "switchyard_token_latency_seconds", "Seconds between consecutive output tokens.",
@@ -357,6 +365,14 @@ char *sy_metrics_render(sy_metrics *m, const sy_model_status *models, size_t n_m
             sy_buf_printf(&b, "\"} %.6f\n", kv_ratio(models[i].sched.kv_tokens, models[i].sched.kv_capacity_tokens));
         }
         render_load_signals(&b, models, n_models);
+    }
+    if (models != NULL) {
+        uint64_t busy = 0, queued = 0;
+        for (size_t i = 0; i < n_models; i++) busy += models[i].sched.slots_busy, queued += models[i].sched.queue_depth;
+        header(&b, "llamacpp:requests_processing", "gauge", "Number of requests processing.");
+        sy_buf_printf(&b, "llamacpp:requests_processing %llu\n", (unsigned long long)busy);
+        header(&b, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.");
+        sy_buf_printf(&b, "llamacpp:requests_deferred %llu\n", (unsigned long long)queued);
     }
     render_snapshot_counters(&b);
     if (len != NULL) *len = b.len;

@@ -11,8 +11,12 @@
 #include <xxhash.h>
 #include "api/constraint.h"
 #include "api/context.h"
+#include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/model_params.h"
+#include "api/sampling_fields.h"
+#include "api/model_facts.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -104,12 +108,59 @@ static void apply_keep_alive(sy_http_request *r, const char *model_name, int64_t
 /* ------------------------------------------------------------------------------------------------------------
  * Options */
 
-static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
+/* Ollama's documented options: those mapped below, those that set up a load (the config sets them here: accepted
+ * and ignored, see docs/api.md), and those refused because they would change the output and are not
+ * implemented. Any other key is refused by name. */
+static const char *const load_time_options[] = {"numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv",
+                                                "vocab_only", "use_mmap", "use_mlock", "num_thread", "num_keep"};
+
+static int check_option_names(const cJSON *o, sy_api_error *e) {
+    static const char *const mapped[] = {"num_predict", "num_ctx", "temperature", "top_k", "top_p", "min_p",
+                                         "typical_p", "seed", "stop", "speculative", "repeat_penalty",
+                                         "repeat_last_n", "presence_penalty", "frequency_penalty", "xtc_probability",
+                                         "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length",
+                                         "dry_penalty_last_n", "dry_sequence_breakers"};
+    const cJSON *item;
+    cJSON_ArrayForEach(item, o) {
+        const char *k = item->string ? item->string : "";
+        bool known = false;
+        for (size_t i = 0; i < sizeof mapped / sizeof *mapped && !known; i++) known = strcmp(k, mapped[i]) == 0;
+        for (size_t i = 0; i < sizeof load_time_options / sizeof *load_time_options && !known; i++)
+            known = strcmp(k, load_time_options[i]) == 0;
+        if (known) continue;
+        char shown[80];
+        sy_utf8_sanitize(shown, sizeof shown, k, strlen(k));
+        if (strcmp(k, "mirostat") == 0 || strcmp(k, "mirostat_tau") == 0 || strcmp(k, "mirostat_eta") == 0) {
+            if (strcmp(k, "mirostat") == 0 && cJSON_IsNumber(item) && item->valuedouble == 0) continue;
+            if (strcmp(k, "mirostat") != 0) continue; /* its parameters matter only with it on */
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.mirostat",
+                               "options.mirostat: Mirostat sampling is not supported (use 0)");
+        }
+        if (strcmp(k, "tfs_z") == 0) {
+            if (cJSON_IsNumber(item) && item->valuedouble == 1) continue;
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.tfs_z",
+                               "options.tfs_z: tail-free sampling is not supported (use 1)");
+        }
+        if (strcmp(k, "penalize_newline") == 0) {
+            if (cJSON_IsFalse(item)) continue;
+            return sy_api_fail(e, 400, "unsupported_parameter", "options.penalize_newline",
+                               "options.penalize_newline is not supported (use false)");
+        }
+        return sy_api_fail(e, 400, "unsupported_parameter", "options", "options.%s is not an option this server knows",
+                           shown);
+    }
+    return 0;
+}
+
+/* *num_ctx: options.num_ctx, 0 when not given. */
+static int parse_options(const cJSON *body, sy_gen_params *p, uint32_t *num_ctx, sy_api_error *e) {
     *p = sy_gen_params_defaults();
     p->sampling.seed = sy_api_random_seed();
+    *num_ctx = 0;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(body, "options");
     if (o == NULL || cJSON_IsNull(o)) return 0;
     if (!cJSON_IsObject(o)) return sy_api_fail(e, 400, "invalid_type", "options", "options must be an object");
+    if (check_option_names(o, e) != 0) return -1;
     const char *pre = "options.";
     bool present;
     int64_t i;
@@ -117,9 +168,7 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
     if (sy_json_get_integer(o, pre, "num_predict", -2, INT32_MAX, &i, &present, e) != 0) return -1;
     if (present) p->max_tokens = i <= 0 ? 0 : (uint32_t)i; /* -1 infinite, -2 fill the context */
     if (sy_json_get_integer(o, pre, "num_ctx", 1, INT32_MAX, &i, &present, e) != 0) return -1;
-    if (present)
-        sy_log(SY_LOG_DEBUG, "ollama: options.num_ctx %lld accepted and ignored: the context is set when the "
-                             "model is loaded (its config)", (long long)i);
+    if (present) *num_ctx = (uint32_t)i;
     if (sy_json_get_number(o, pre, "temperature", 0, 100, &d, &present, e) != 0) return -1;
     if (present) p->sampling.temperature = (float)d;
     if (sy_json_get_integer(o, pre, "top_k", 0, 1 << 20, &i, &present, e) != 0) return -1;
@@ -142,6 +191,27 @@ static int parse_options(const cJSON *body, sy_gen_params *p, sy_api_error *e) {
     if (present) p->sampling.presence_penalty = (float)d;
     if (sy_json_get_number(o, pre, "frequency_penalty", -2, 2, &d, &present, e) != 0) return -1;
     if (present) p->sampling.frequency_penalty = (float)d;
+    if (sy_api_sampling_fields(o, pre, false, p, e) != 0) return -1;
+    return 0;
+}
+
+/* options.num_ctx as a per-request limit inside the loaded context (the context is sized when the model loads,
+ * from its config; a larger num_ctx cannot grow it and is limited to it, which the log says): the prompt must
+ * fit, and the generation stops where prompt and output fill num_ctx. */
+static int apply_num_ctx(const sy_api_model *m, uint32_t num_ctx, size_t n_prompt, sy_gen_params *p, sy_api_error *e) {
+    if (num_ctx == 0) return 0;
+    uint32_t loaded = m->lm->info.n_ctx;
+    if (loaded > 0 && num_ctx > loaded) {
+        sy_log(SY_LOG_INFO, "ollama: options.num_ctx %u is larger than the context model %s was loaded with (%u): "
+                            "limited to %u (set ctx_size in its config for more)", num_ctx, m->name, loaded, loaded);
+        num_ctx = loaded;
+    }
+    if (n_prompt >= num_ctx)
+        return sy_api_fail(e, 400, "context_length_exceeded", "options.num_ctx",
+                           "the prompt is %zu tokens, which leaves no room to generate within options.num_ctx %u",
+                           n_prompt, num_ctx);
+    uint32_t room = num_ctx - (uint32_t)n_prompt;
+    if (p->max_tokens == 0 || p->max_tokens > room) p->max_tokens = room;
     return 0;
 }
 
@@ -153,9 +223,6 @@ static int refuse_unsupported(const cJSON *body, sy_api_error *e) {
     v = cJSON_GetObjectItemCaseSensitive(body, "images");
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "images", "image inputs are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
-    if (cJSON_IsString(v) && v->valuestring[0] != '\0')
-        return sy_api_fail(e, 400, "unsupported_parameter", "suffix", "suffix (fill-in-the-middle) is not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "template");
     if (cJSON_IsString(v) && v->valuestring[0] != '\0')
         return sy_api_fail(e, 400, "unsupported_parameter", "template",
@@ -309,7 +376,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     size_t n_tokens = 0;
     sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
-    const char *prompt = NULL, *system = NULL;
+    const char *prompt = NULL, *system = NULL, *suffix = NULL;
     bool stream = true, raw = false;
     int64_t keep_alive = SY_MODEL_TTL_CONFIGURED;
     sy_api_gen *g = NULL;
@@ -322,10 +389,13 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         goto fail;
     }
     snprintf(q->model, sizeof q->model, "%s", model_name);
+    sy_api_apply_model_params(sy_api_ctx(r), model_name, body,
+                              chat ? SY_API_PARAMS_OLLAMA_CHAT : SY_API_PARAMS_OLLAMA_GENERATE);
     if (refuse_unsupported(body, &e) != 0) goto fail;
     if (sy_json_get_bool(body, NULL, "stream", &stream, NULL, &e) != 0) goto fail;
     if (parse_keep_alive(body, &keep_alive, &e) != 0) goto fail;
-    if (parse_options(body, &params, &e) != 0) goto fail;
+    uint32_t num_ctx = 0;
+    if (parse_options(body, &params, &num_ctx, &e) != 0) goto fail;
     bool unload_now = keep_alive == 0;
 
     bool empty;
@@ -337,6 +407,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     } else {
         if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, &e) != 0) goto fail;
         if (sy_json_get_string(body, NULL, "system", &system, NULL, &e) != 0) goto fail;
+        if (sy_json_get_string(body, NULL, "suffix", &suffix, NULL, &e) != 0) goto fail;
         if (sy_json_get_bool(body, NULL, "raw", &raw, NULL, &e) != 0) goto fail;
         empty = prompt == NULL || prompt[0] == '\0';
     }
@@ -357,6 +428,10 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         size_t len = 0;
         if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+    } else if (suffix != NULL && suffix[0] != '\0') {
+        /* fill-in-the-middle (Ollama's insert capability): the prompt is the text before the cursor */
+        sy_api_fim_input fim = {.prefix = prompt, .suffix = suffix, .n_predict = params.max_tokens ? (int64_t)params.max_tokens : -1};
+        tokens = sy_api_fim_prompt(r, &m, &fim, &n_tokens, &e);
     } else if (raw) {
         tokens = sy_api_tokenize_prompt(&m, prompt, strlen(prompt), false, &n_tokens, &e);
     } else {
@@ -369,6 +444,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
     }
     if (tokens == NULL) goto fail;
+    if (apply_num_ctx(&m, num_ctx, n_tokens, &params, &e) != 0) goto fail;
 
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
@@ -429,30 +505,11 @@ static void facts_of(const sy_config_model *cm, file_facts *f) {
              (unsigned long long)h.low64);
 }
 
-static cJSON *details_json(const file_facts *f, const sy_loaded_model *lm) {
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "parent_model", "");
-    cJSON_AddStringToObject(d, "format", f->format);
-    const char *arch = lm && lm->info.architecture ? lm->info.architecture : "";
-    cJSON_AddStringToObject(d, "family", arch);
-    cJSON *families = cJSON_AddArrayToObject(d, "families");
-    if (arch[0]) cJSON_AddItemToArray(families, cJSON_CreateString(arch));
-    char params[32] = "";
-    if (lm && lm->info.n_params > 0) {
-        double p = (double)lm->info.n_params;
-        if (p >= 1e9) snprintf(params, sizeof params, "%.1fB", p / 1e9);
-        else if (p >= 1e6) snprintf(params, sizeof params, "%.0fM", p / 1e6);
-        else snprintf(params, sizeof params, "%.0fK", p / 1e3);
-    }
-    cJSON_AddStringToObject(d, "parameter_size", params);
-    cJSON_AddStringToObject(d, "quantization_level",
-                            lm && lm->info.weight_dtype ? lm->info.weight_dtype : "");
-    return d;
-}
-
-static cJSON *tag_object(const sy_config_model *cm) {
+static cJSON *tag_object(sy_api_context *srv, const sy_config_model *cm) {
     file_facts f;
     facts_of(cm, &f);
+    char err[256];
+    cJSON *meta = sy_api_model_metadata(srv, cm, err, sizeof err); /* headers only: nothing loads */
     cJSON *o = cJSON_CreateObject();
     char when[48];
     rfc3339(when, sizeof when, f.mtime, 0);
@@ -461,7 +518,8 @@ static cJSON *tag_object(const sy_config_model *cm) {
     cJSON_AddStringToObject(o, "modified_at", when);
     cJSON_AddNumberToObject(o, "size", (double)f.size);
     cJSON_AddStringToObject(o, "digest", f.digest);
-    cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+    cJSON_AddItemToObject(o, "details", sy_api_model_details(cm, meta));
+    cJSON_Delete(meta);
     return o;
 }
 
@@ -470,7 +528,7 @@ void sy_api_ollama_tags(sy_http_request *r) {
     const sy_config *cfg = sy_api_config_acquire(srv);
     cJSON *json = cJSON_CreateObject();
     cJSON *models = cJSON_AddArrayToObject(json, "models");
-    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(models, tag_object(&cfg->models[i]));
+    for (size_t i = 0; cfg && i < cfg->n_models; i++) cJSON_AddItemToArray(models, tag_object(srv, &cfg->models[i]));
     sy_api_config_release(srv, cfg);
     sy_http_respond_json(r, 200, json);
 }
@@ -534,31 +592,26 @@ void sy_api_ollama_show(sy_http_request *r) {
     char when[48];
     rfc3339(when, sizeof when, f.mtime, 0);
     cJSON_AddStringToObject(json, "modified_at", when);
+    char meta_err[256] = "";
+    cJSON *meta = sy_api_model_metadata(srv, cm, meta_err, sizeof meta_err); /* headers only: nothing loads */
+    if (meta == NULL) sy_log(SY_LOG_DEBUG, "ollama: show %s: no metadata: %s", cm->name, meta_err);
     cJSON *caps = cJSON_AddArrayToObject(json, "capabilities");
-    cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
+    sy_api_model_capabilities(cm, meta, caps);
 
     /* Facts that need the engine are shown only when the model is loaded: showing must not load (and swap). */
     sy_api_model m;
     memset(&m, 0, sizeof m);
-    bool loaded = state_of(sy_api_manager(srv), cm->name, NULL) == SY_MODEL_READY &&
-                  sy_api_acquire(r, cm->name, &m, &e) == 0;
+    bool loaded = sy_api_acquire_loaded(r, cm->name, &m) == 0;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
     cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
-    cJSON_AddItemToObject(json, "details", details_json(&f, lm));
-    cJSON *info = cJSON_AddObjectToObject(json, "model_info");
+    cJSON_AddItemToObject(json, "details", sy_api_model_details(cm, meta));
+    /* the file's metadata; the chat template is under "template" */
+    cJSON *info = meta ? meta : cJSON_CreateObject();
+    meta = NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(info, "tokenizer.chat_template");
+    cJSON_AddItemToObject(json, "model_info", info);
     if (lm) {
-        const char *arch = lm->info.architecture ? lm->info.architecture : "";
-        char key[128];
-        cJSON_AddStringToObject(info, "general.architecture", arch);
-        cJSON_AddStringToObject(info, "general.name", lm->info.name ? lm->info.name : "");
-        cJSON_AddNumberToObject(info, "general.parameter_count", (double)lm->info.n_params);
-        snprintf(key, sizeof key, "%.64s.context_length", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_ctx_train);
-        snprintf(key, sizeof key, "%.64s.embedding_length", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_embd);
-        snprintf(key, sizeof key, "%.64s.block_count", arch);
-        cJSON_AddNumberToObject(info, key, lm->info.n_layer);
         cJSON_AddNumberToObject(info, "switchyard.context_length", lm->info.n_ctx);
         cJSON_AddStringToObject(info, "switchyard.fingerprint", lm->info.fingerprint ? lm->info.fingerprint : "");
         cJSON_AddNumberToObject(info, "tokenizer.vocab_size", lm->info.n_vocab);
@@ -590,7 +643,10 @@ void sy_api_ollama_ps(sy_http_request *r) {
         cJSON_AddStringToObject(o, "model", cm->name);
         cJSON_AddNumberToObject(o, "size", (double)(st.memory_bytes + st.device_bytes));
         cJSON_AddStringToObject(o, "digest", f.digest);
-        cJSON_AddItemToObject(o, "details", details_json(&f, NULL));
+        char err[256];
+        cJSON *meta = sy_api_model_metadata(srv, cm, err, sizeof err);
+        cJSON_AddItemToObject(o, "details", sy_api_model_details(cm, meta));
+        cJSON_Delete(meta);
         char expires[48];
         if (st.ttl_in_effect_s < 0) {
             snprintf(expires, sizeof expires, "9999-12-31T23:59:59Z");
@@ -608,8 +664,13 @@ void sy_api_ollama_ps(sy_http_request *r) {
     sy_http_respond_json(r, 200, json);
 }
 
+/* The Ollama API level implemented here, which clients gate on (VS Code's Copilot wants 0.6.4 or later); our
+ * own version is in the X-Switchyard-Version header and in /v1/models. */
+#define SY_OLLAMA_API_LEVEL "0.12.6"
+
 void sy_api_ollama_version(sy_http_request *r) {
     cJSON *json = cJSON_CreateObject();
-    cJSON_AddStringToObject(json, "version", SY_VERSION);
+    cJSON_AddStringToObject(json, "version", SY_OLLAMA_API_LEVEL);
+    cJSON_AddStringToObject(json, "switchyard_version", SY_VERSION);
     sy_http_respond_json(r, 200, json);
 }

@@ -18,5 +18,11 @@ void sy_api_ollama_tags(sy_http_request *r);
 void sy_api_ollama_show(sy_http_request *r);
 void sy_api_ollama_ps(sy_http_request *r);
 void sy_api_ollama_version(sy_http_request *r);
+/* Model management (api/ollama_models.c): models come from the configuration. */
+void sy_api_ollama_pull(sy_http_request *r);
+void sy_api_ollama_push(sy_http_request *r);
+void sy_api_ollama_create(sy_http_request *r);
+void sy_api_ollama_copy(sy_http_request *r);
+void sy_api_ollama_delete(sy_http_request *r);
 
 #endif

@@ -9,8 +9,11 @@
 #include <time.h>
 #include "api/constraint.h"
 #include "api/context.h"
+#include "api/fim.h"
 #include "api/generation.h"
 #include "api/messages.h"
+#include "api/model_params.h"
+#include "api/sampling_fields.h"
 #include "base/util.h"
 
 /* What a request asked for beyond the sampling parameters, and the state of its stream. */
@@ -28,6 +31,7 @@ typedef struct openai_request {
     char fingerprint[40];
     size_t text_offset;   /* completions logprobs: bytes of text so far */
     bool sent_first;      /* stream: the opening chunk went out */
+    uint32_t n_choices;   /* n: independent samples of one prompt */
 } openai_request;
 
 static void openai_request_free(void *p) {
@@ -40,6 +44,8 @@ static void openai_request_free(void *p) {
 /* ------------------------------------------------------------------------------------------------------------
  * Parameters */
 
+#define SY_OPENAI_MAX_CHOICES 16
+
 /* Refuse, by name, the features this server does not implement, rather than silently ignoring them. */
 static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
@@ -48,12 +54,22 @@ static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
     v = cJSON_GetObjectItemCaseSensitive(body, "functions");
     if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "functions", "functions are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
-    if (cJSON_IsObject(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "logit_bias", "logit_bias is not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
-    if (!chat && cJSON_IsString(v) && v->valuestring[0] != '\0')
-        return sy_api_fail(e, 400, "unsupported_parameter", "suffix", "suffix (fill-in-the-middle) is not supported");
+    /* Fields that would change the output and are not implemented. (user, store, metadata, service_tier and
+     * prediction change nothing here: they are accepted and ignored.) */
+    v = cJSON_GetObjectItemCaseSensitive(body, "audio");
+    if (v != NULL && !cJSON_IsNull(v))
+        return sy_api_fail(e, 400, "unsupported_parameter", "audio", "audio output is not supported");
+    v = cJSON_GetObjectItemCaseSensitive(body, "modalities");
+    if (cJSON_IsArray(v)) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, v) {
+            if (!cJSON_IsString(m) || strcmp(m->valuestring, "text") != 0)
+                return sy_api_fail(e, 400, "unsupported_value", "modalities", "modalities: only \"text\" is supported");
+        }
+    }
+    v = cJSON_GetObjectItemCaseSensitive(body, "web_search_options");
+    if (v != NULL && !cJSON_IsNull(v))
+        return sy_api_fail(e, 400, "unsupported_parameter", "web_search_options", "web search is not supported");
     int64_t one = 1;
     bool present;
     if (sy_json_get_integer(body, NULL, "best_of", 1, 1, &one, &present, e) != 0)
@@ -73,8 +89,12 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
         if (sy_json_get_bool(so, "stream_options.", "include_usage", &q->include_usage, NULL, e) != 0) return -1;
     }
     int64_t n = 1;
-    if (sy_json_get_integer(body, NULL, "n", INT32_MIN, INT32_MAX, &n, NULL, e) != 0) return -1;
-    if (n != 1) return sy_api_fail(e, 400, "unsupported_value", "n", "n: only 1 choice per request is supported");
+    if (sy_json_get_integer(body, NULL, "n", 1, SY_OPENAI_MAX_CHOICES, &n, NULL, e) != 0) return -1;
+    if (n > 1 && q->stream)
+        return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is supported without streaming only");
+    if (n > 1 && q->echo)
+        return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is not supported with echo");
+    q->n_choices = (uint32_t)n;
 
     int64_t max_tokens = 0;
     bool have_max = false;
@@ -106,6 +126,7 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
     p->sampling.seed = present ? seed : sy_api_random_seed();
     if (sy_json_get_stop(body, NULL, "stop", p, e) != 0) return -1;
     if (sy_json_get_bool(body, NULL, "speculative", &p->speculative, NULL, e) != 0) return -1;
+    if (sy_api_sampling_fields(body, NULL, true, p, e) != 0) return -1;
 
     if (q->chat) {
         bool lp = false;
@@ -433,6 +454,153 @@ static void respond_collected(sy_http_request *r, openai_request *q, sy_api_gen 
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * n > 1: independent samples of one prompt. The first choice is submitted alone and the others once its first
+ * event came (its prompt is then in its slot), so they fork its KV instead of prefilling the prompt again. Choice
+ * i samples with a seed derived from the request's (choice 0 keeps it, so n = 1 and the first of n agree). */
+
+static uint64_t choice_seed(uint64_t seed, uint32_t i) {
+    if (i == 0) return seed;
+    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* One choice collected: its text (and logprobs) into a choice object; NULL with *status/msg on failure. */
+static cJSON *collect_choice(openai_request *q, sy_api_gen *g, sy_api_event *first, uint32_t index,
+                             sy_gen_usage *usage, int *status, char *msg, size_t msg_size) {
+    sy_buf text;
+    sy_buf_init(&text);
+    cJSON *lp = NULL;
+    if (q->logprobs) {
+        if (q->chat) {
+            lp = cJSON_CreateObject();
+            cJSON_AddArrayToObject(lp, "content");
+        } else {
+            lp = completion_logprobs_new();
+        }
+    }
+    const sy_loaded_model *lm = sy_api_gen_model(g);
+    cJSON *c = NULL;
+    sy_api_event *ev = first;
+    for (; ev != NULL || (ev = sy_api_gen_next(g)) != NULL; ev = NULL) {
+        if (ev->type == SY_GEN_EVENT_TEXT) {
+            if (lp && ev->token >= 0) {
+                if (q->chat)
+                    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "content"), chat_logprob_entry(lm, ev));
+                else completion_logprob_add(lp, lm, ev, text.len);
+            }
+            sy_buf_append(&text, ev->text, ev->text_len);
+            sy_api_event_free(ev);
+            continue;
+        }
+        if (ev->type == SY_GEN_EVENT_ERROR) {
+            *status = 500;
+            snprintf(msg, msg_size, "%s", ev->message);
+        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
+            *status = 503;
+            snprintf(msg, msg_size, "the server is shutting down");
+        } else {
+            c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", index);
+            if (q->chat) {
+                cJSON *m = cJSON_AddObjectToObject(c, "message");
+                cJSON_AddStringToObject(m, "role", "assistant");
+                cJSON_AddStringToObject(m, "content", text.data ? text.data : "");
+                cJSON_AddNullToObject(m, "refusal");
+            } else {
+                cJSON_AddStringToObject(c, "text", text.data ? text.data : "");
+            }
+            if (lp) cJSON_AddItemToObject(c, "logprobs", lp), lp = NULL;
+            else cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddStringToObject(c, "finish_reason", finish_reason(ev->finish_reason));
+            *usage = ev->usage;
+        }
+        sy_api_event_free(ev);
+        break;
+    }
+    if (c == NULL && *status == 0) {
+        *status = 499;
+        snprintf(msg, msg_size, "the client went away");
+    }
+    cJSON_Delete(lp);
+    sy_buf_free(&text);
+    return c;
+}
+
+static void respond_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
+                            const int32_t *tokens, size_t n_tokens, sy_gen_params *params) {
+    uint32_t n = q->n_choices;
+    sy_api_gen **gens = sy_xcalloc(n, sizeof *gens);
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    uint64_t seed = params->sampling.seed;
+    sy_api_event *first = NULL;
+    int failed = 0;
+    for (uint32_t i = 0; i < n && !failed; i++) {
+        sy_api_model mi;
+        sy_api_model *m = m0;
+        if (i > 0) { /* each choice holds its own lease on the model, as its own generation does */
+            if (sy_api_acquire(r, model_name, &mi, &e) != 0) {
+                failed = 1;
+                break;
+            }
+            m = &mi;
+        }
+        params->sampling.seed = choice_seed(seed, i);
+        gens[i] = sy_api_gen_start(r, m, tokens, n_tokens, params, &e);
+        if (gens[i] == NULL) {
+            if (i > 0) sy_api_model_release(&mi);
+            failed = 1;
+            break;
+        }
+        /* the first choice's prompt is in its slot once its first event comes: the others fork it */
+        if (i == 0 && n > 1) first = sy_api_gen_next(gens[0]);
+    }
+    params->sampling.seed = seed;
+    if (failed) {
+        sy_api_event_free(first);
+        for (uint32_t i = 0; i < n; i++)
+            if (gens[i]) sy_api_gen_finish(gens[i]);
+        free(gens);
+        sy_api_model_release(m0);
+        sy_api_respond_error(r, &e);
+        return;
+    }
+    cJSON *o = envelope(q, false);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    sy_gen_usage total;
+    memset(&total, 0, sizeof total);
+    int status = 0;
+    char msg[1024] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        sy_gen_usage u;
+        memset(&u, 0, sizeof u);
+        cJSON *c = status == 0 ? collect_choice(q, gens[i], i == 0 ? first : NULL, i, &u, &status, msg, sizeof msg)
+                               : NULL;
+        if (i == 0) first = NULL;
+        if (c) cJSON_AddItemToArray(choices, c);
+        sy_api_gen_finish(gens[i]);
+        if (i == 0) total = u; /* the prompt once, as OpenAI counts it */
+        else {
+            total.completion_tokens += u.completion_tokens;
+            total.cached_tokens = total.cached_tokens > u.cached_tokens ? total.cached_tokens : u.cached_tokens;
+            total.drafted_tokens += u.drafted_tokens;
+            total.accepted_tokens += u.accepted_tokens;
+        }
+    }
+    free(gens);
+    if (status != 0) {
+        cJSON_Delete(o);
+        const char *code = status == 503 ? "server_stopping" : status == 499 ? "client_gone" : "generation_failed";
+        sy_http_respond_error(r, status, code, NULL, "%s", msg);
+        return;
+    }
+    cJSON_AddItemToObject(o, "usage", usage_json(&total));
+    sy_http_respond_json(r, 200, o);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * The two generation endpoints */
 
 static void openai_generate(sy_http_request *r, bool chat) {
@@ -450,11 +618,13 @@ static void openai_generate(sy_http_request *r, bool chat) {
     size_t n_tokens = 0;
     sy_gen_params params = sy_gen_params_defaults();
     const char *model_name = NULL;
-    const char *text = NULL;
+    const char *text = NULL, *suffix = NULL;
     sy_api_gen *g = NULL;
 
     if (sy_api_parse_body(r, &body, &e) != 0) goto fail;
     if (sy_json_get_string(body, NULL, "model", &model_name, NULL, &e) != 0) goto fail;
+    sy_api_apply_model_params(sy_api_ctx(r), model_name, body,
+                              chat ? SY_API_PARAMS_OPENAI_CHAT : SY_API_PARAMS_OPENAI_COMPLETION);
     if (parse_params(body, q, &params, &e) != 0) goto fail;
     if (sy_api_constraint_openai(sy_api_ctx(r), body, &params, &e) != 0) goto fail;
     if (chat) {
@@ -470,6 +640,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
         }
     } else {
         if (parse_completion_prompt(body, &text, &tokens, &n_tokens, &e) != 0) goto fail;
+        if (sy_json_get_string(body, NULL, "suffix", &suffix, NULL, &e) != 0) goto fail;
     }
 
     if (sy_api_acquire(r, model_name, &m, &e) != 0) goto fail;
@@ -484,6 +655,16 @@ static void openai_generate(sy_http_request *r, bool chat) {
         if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
+    } else if (suffix != NULL && suffix[0] != '\0') {
+        /* fill-in-the-middle: the prompt is the text before the cursor */
+        if (text == NULL) {
+            sy_api_fail(&e, 400, "invalid_value", "suffix", "suffix needs a text prompt, not token ids");
+            goto fail;
+        }
+        sy_api_fim_input fim = {.prefix = text, .suffix = suffix, .n_predict = params.max_tokens ? (int64_t)params.max_tokens : -1};
+        tokens = sy_api_fim_prompt(r, &m, &fim, &n_tokens, &e);
+        if (tokens == NULL) goto fail;
+        if (q->echo) q->echo_text = sy_strdup(text);
     } else if (text != NULL) {
         tokens = sy_api_tokenize_prompt(&m, text, strlen(text), false, &n_tokens, &e);
         if (tokens == NULL) goto fail;
@@ -506,9 +687,29 @@ static void openai_generate(sy_http_request *r, bool chat) {
         }
     }
 
+    for (uint32_t i = 0; i < params.sampling.n_logit_bias; i++) {
+        if ((uint32_t)params.sampling.logit_bias[i].token >= m.lm->info.n_vocab) {
+            sy_api_fail(&e, 400, "invalid_value", "logit_bias", "logit_bias: token %d is outside the vocabulary (%u)",
+                        params.sampling.logit_bias[i].token, m.lm->info.n_vocab);
+            goto fail;
+        }
+    }
+
+    if (q->n_choices > 1) {
+        respond_choices(r, q, &m, model_name, tokens, n_tokens, &params);
+        sy_api_constraint_clear(&params);
+        sy_api_sampling_fields_free(&params);
+        free(tokens);
+        free(prompt_text);
+        sy_api_messages_free(&messages);
+        cJSON_Delete(body);
+        openai_request_free(q);
+        return;
+    }
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
     if (g == NULL) goto fail;
     sy_api_constraint_clear(&params); /* the scheduler holds the grammar now */
+    sy_api_sampling_fields_free(&params); /* and its copy of logit_bias */
     free(tokens);
     tokens = NULL;
     free(prompt_text);
@@ -530,6 +731,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
 fail:
     sy_api_respond_error(r, &e);
     sy_api_constraint_clear(&params);
+    sy_api_sampling_fields_free(&params);
     sy_api_model_release(&m);
     free(tokens);
     free(prompt_text);
@@ -554,11 +756,17 @@ static cJSON *model_object(const sy_config_model *cm) {
     cJSON_AddStringToObject(o, "owned_by", "switchyard");
     cJSON *aliases = cJSON_AddArrayToObject(o, "aliases");
     for (size_t i = 0; i < cm->aliases.count; i++) cJSON_AddItemToArray(aliases, cJSON_CreateString(cm->aliases.items[i]));
-    /* llama-swap's name, description and metadata (under meta.llamaswap, where its clients look). */
+    /* llama-server puts the model's facts under meta; llama-swap's name, description and metadata go beside them
+     * (metadata under meta.llamaswap, where its clients look). */
+    cJSON *meta = cJSON_AddObjectToObject(o, "meta");
+#ifdef SY_VERSION
+    cJSON_AddStringToObject(meta, "switchyard_version", SY_VERSION);
+#endif
+    cJSON_AddStringToObject(meta, "plugin", cm->plugin ? cm->plugin : "");
     if (cm->display_name) cJSON_AddStringToObject(o, "name", cm->display_name);
     if (cm->description) cJSON_AddStringToObject(o, "description", cm->description);
     cJSON *metadata = cm->metadata ? cJSON_Parse(cm->metadata) : NULL;
-    if (metadata != NULL) cJSON_AddItemToObject(cJSON_AddObjectToObject(o, "meta"), "llamaswap", metadata);
+    if (metadata != NULL) cJSON_AddItemToObject(meta, "llamaswap", metadata);
     return o;
 }
 

@@ -1,12 +1,13 @@
 /* See serve.h. The route labels are what /metrics reports per endpoint. */
 #include "api/serve.h"
 #include "api/admin.h"
+#include "api/llama_server.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/proxy.h"
 #include "api/slots.h"
 
-enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
+enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST, DELETE = SY_HTTP_DELETE };
 #define OPENAI SY_API_STYLE_OPENAI
 #define OLLAMA SY_API_STYLE_OLLAMA
 
@@ -27,6 +28,15 @@ static const sy_http_route routes[] = {
     {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show},
     {GET, "/api/ps", false, "/api/ps", OLLAMA, false, sy_api_ollama_ps},
     {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
+    {POST, "/api/pull", false, "/api/pull", OLLAMA, false, sy_api_ollama_pull},
+    {POST, "/api/push", false, "/api/push", OLLAMA, false, sy_api_ollama_push},
+    {POST, "/api/create", false, "/api/create", OLLAMA, false, sy_api_ollama_create},
+    {POST, "/api/copy", false, "/api/copy", OLLAMA, false, sy_api_ollama_copy},
+    {DELETE | POST, "/api/delete", false, "/api/delete", OLLAMA, false, sy_api_ollama_delete},
+    {POST, "/tokenize", false, "/tokenize", OPENAI, false, sy_api_llama_tokenize},
+    {POST, "/detokenize", false, "/detokenize", OPENAI, false, sy_api_llama_detokenize},
+    {GET, "/props", false, "/props", OPENAI, false, sy_api_llama_props},
+    {POST, "/infill", false, "/infill", OPENAI, false, sy_api_llama_infill},
     {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
     {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
     /* llama-swap's: a process or peer model's own server, and the captured logs. */

@@ -303,9 +303,38 @@ static void respond_slots(sy_http_request *r, const sy_api_model *m) {
         cJSON_AddBoolToObject(o, "is_processing", info[i].busy);
         cJSON_AddNumberToObject(o, "n_tokens", info[i].n_tokens);
         cJSON_AddStringToObject(o, "model", m->name);
+        cJSON_AddBoolToObject(o, "loaded", true);
         cJSON_AddItemToArray(arr, o);
     }
     free(info);
+    sy_http_respond_json(r, 200, arr);
+}
+
+/* The slots of a model that is not loaded, from its config: idle and empty. */
+static void respond_unloaded_slots(sy_http_request *r, const char *model_name) {
+    sy_api_context *srv = sy_api_ctx(r);
+    const sy_config *cfg = sy_api_config_acquire(srv);
+    const sy_config_model *cm = cfg ? sy_config_find_model(cfg, model_name) : NULL;
+    if (cm == NULL) {
+        sy_api_config_release(srv, cfg);
+        char shown[160];
+        sy_utf8_sanitize(shown, sizeof shown, model_name, strlen(model_name));
+        sy_http_respond_error(r, 404, "model_not_found", "model", "model '%s' not found", shown);
+        return;
+    }
+    cJSON *arr = cJSON_CreateArray();
+    for (uint32_t i = 0; i < cm->parallel; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "id_task", -1);
+        cJSON_AddNumberToObject(o, "n_ctx", 0); /* not known before the load */
+        cJSON_AddBoolToObject(o, "is_processing", false);
+        cJSON_AddNumberToObject(o, "n_tokens", 0);
+        cJSON_AddStringToObject(o, "model", cm->name);
+        cJSON_AddBoolToObject(o, "loaded", false);
+        cJSON_AddItemToArray(arr, o);
+    }
+    sy_api_config_release(srv, cfg);
     sy_http_respond_json(r, 200, arr);
 }
 
@@ -377,7 +406,12 @@ void sy_api_slots(sy_http_request *r) {
         return;
     }
     sy_api_model m;
-    if (sy_api_acquire(r, model_name, &m, &e) != 0) {
+    /* A listing reports; it never loads (or swaps) a model: an unloaded one shows its configured slots idle. */
+    if (listing && sy_api_acquire_loaded(r, model_name, &m) != 0) {
+        respond_unloaded_slots(r, model_name);
+        return;
+    }
+    if (!listing && sy_api_acquire(r, model_name, &m, &e) != 0) {
         cJSON_Delete(body);
         sy_api_respond_error(r, &e);
         return;

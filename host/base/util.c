@@ -112,3 +112,13 @@ const char *sy_exe_dir(char *buf, size_t size) {
     *slash = '\0';
     return buf;
 }
+
+bool sy_model_name_equal(const char *a, const char *b) {
+    if (strcmp(a, b) == 0) return true;
+    size_t la = strlen(a), lb = strlen(b);
+    static const char tag[] = ":latest";
+    const size_t lt = sizeof tag - 1;
+    if (la == lb + lt) return strncmp(a, b, lb) == 0 && strcmp(a + lb, tag) == 0;
+    if (lb == la + lt) return strncmp(b, a, la) == 0 && strcmp(b + la, tag) == 0;
+    return false;
+}

@@ -2,6 +2,7 @@
 #ifndef SY_HOST_UTIL_H
 #define SY_HOST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <switchyard/abi.h>
@@ -28,5 +29,8 @@ double sy_now_seconds(void);
 /* The folder holding this process's executable (/proc/self/exe), where the host looks for its plugins and helper
  * programs. Writes into buf; returns buf, or NULL when the link cannot be read or the path does not fit. */
 const char *sy_exe_dir(char *buf, size_t size);
+
+/* Model names as Ollama compares them: a name without a tag is the same as NAME:latest ("qwen" == "qwen:latest"). */
+bool sy_model_name_equal(const char *a, const char *b);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/serve_discover.h"
 #include "config/config.h"
 #include "api/context.h"
 #include "api/serve.h"
@@ -32,13 +33,19 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: switchyard serve --config FILE [options]\n\n"
+            "usage: switchyard serve --config FILE [options]\n"
+            "       switchyard serve [options] MODEL... | --models-dir DIR\n\n"
             "Serves the models of FILE over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
             "/v1/models), the Ollama API (/api/chat, /api/generate, /api/tags, /api/show, /api/ps,\n"
             "/api/version) and llama-swap's management endpoints (/health, /running, /unload, /metrics).\n"
             "Models load on their first request and swap by their groups' rules. See docs/api.md.\n\n"
             "options:\n"
-            "  --config FILE           the configuration (INI; see docs/config.md); required\n"
+            "  --config FILE           the configuration (INI; see docs/config.md)\n"
+            "  MODEL...                GGUF files (or Ollama blobs) and Hugging Face model folders to serve, each\n"
+            "                          named after its file or folder (the GGUF's general.name as an alias)\n"
+            "  --models-dir DIR        serve every model in DIR: GGUF files, folders of them, Hugging Face\n"
+            "                          folders, or an Ollama models folder (manifests/ and blobs/: NAME:TAG);\n"
+            "                          with --config, the file adds models and overrides found ones by name\n"
             "  --listen ADDR           HOST:PORT or [V6]:PORT to listen on, overriding [host] listen\n"
             "                          (default 127.0.0.1:8080; port 0 picks a free port, logged at start)\n"
             "  --plugin-dir DIR        where plugins are (default: [host] plugin_dir, else beside the executable)\n"
@@ -59,11 +66,13 @@ static void usage(FILE *out) {
 
 enum {
     OPT_CONFIG = 1000, OPT_LISTEN, OPT_PLUGIN_DIR, OPT_WATCH, OPT_RESUME, OPT_RESUME_PATH, OPT_RESUME_NO_HOST_CACHE,
-    OPT_LOG_LEVEL, OPT_DRAIN_TIMEOUT, OPT_CHECK_CONFIG
+    OPT_LOG_LEVEL, OPT_DRAIN_TIMEOUT, OPT_CHECK_CONFIG, OPT_MODELS_DIR
 };
 
 typedef struct serve_state {
     const char *config_path;
+    sy_serve_sources sources;  /* MODEL... and --models-dir: models found rather than configured */
+    bool discover;
     const char *listen_override;
     const char *resume_path_override;
     bool resume;
@@ -95,14 +104,25 @@ static bool stat_changed(const struct stat *a, const struct stat *b) {
            a->st_size != b->st_size || a->st_ino != b->st_ino || a->st_dev != b->st_dev;
 }
 
+/* The config file, or (MODEL..., --models-dir) the models found plus the file's. */
+static sy_config *load_config(const serve_state *st) {
+    if (!st->discover) return sy_config_load_file(st->config_path);
+    return sy_serve_discover_config(st->config_path, &st->sources, st->reg);
+}
+
 static void reload_config(serve_state *st, const char *why) {
-    sy_log(SY_LOG_INFO, "reloading %s (%s)", st->config_path, why);
-    st->config_stat_ok = stat(st->config_path, &st->config_stat) == 0;
-    sy_config *cfg = sy_config_load_file(st->config_path);
+    const char *what = st->config_path ? st->config_path : "the models found";
+    sy_log(SY_LOG_INFO, "reloading %s (%s)", what, why);
+    if (st->config_path) st->config_stat_ok = stat(st->config_path, &st->config_stat) == 0;
+    sy_config *cfg = load_config(st);
+    if (cfg == NULL) {
+        sy_log(SY_LOG_ERROR, "the models could not be found again; the running configuration stays in effect");
+        return;
+    }
     if (sy_config_ok(cfg)) sy_config_check_plugin_options(cfg, st->reg);
     sy_config_print_diagnostics(cfg, stderr);
     if (!sy_config_ok(cfg)) {
-        sy_log(SY_LOG_ERROR, "%s has errors; the running configuration stays in effect", st->config_path);
+        sy_log(SY_LOG_ERROR, "%s has errors; the running configuration stays in effect", what);
         sy_config_free(cfg);
         return;
     }
@@ -118,7 +138,7 @@ static void reload_config(serve_state *st, const char *why) {
         return;
     }
     sy_api_replace_config(st->api, cfg);
-    sy_log(SY_LOG_INFO, "configuration reloaded from %s", st->config_path);
+    sy_log(SY_LOG_INFO, "configuration reloaded from %s", what);
 }
 
 static void *preload_thread(void *arg) {
@@ -140,6 +160,7 @@ int sy_cmd_serve(int argc, char **argv) {
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
         {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+        {"models-dir", required_argument, NULL, OPT_MODELS_DIR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -161,6 +182,7 @@ int sy_cmd_serve(int argc, char **argv) {
         case OPT_RESUME: st.resume = true; break;
         case OPT_RESUME_PATH: st.resume_path_override = optarg; break;
         case OPT_RESUME_NO_HOST_CACHE: st.resume_no_host_cache = true; break;
+        case OPT_MODELS_DIR: st.sources.models_dir = optarg; break;
         case OPT_LOG_LEVEL:
             if (sy_log_parse_level(optarg, &level) != 0) {
                 sy_cli_error("serve", "--log-level: '%s' is not one of error, warn, info, debug", optarg);
@@ -181,12 +203,17 @@ int sy_cmd_serve(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc) {
-        sy_cli_error("serve", "unexpected argument '%s' (see --help)", argv[optind]);
+    /* the arguments left are model files and folders */
+    st.sources.models = (const char *const *)(argv + optind);
+    st.sources.n_models = (size_t)(argc - optind);
+    st.discover = st.sources.n_models > 0 || st.sources.models_dir != NULL;
+    if (st.config_path == NULL && !st.discover) {
+        sy_cli_error("serve", "name the models: --config FILE, model files or folders, or --models-dir DIR "
+                              "(see --help)");
         return 2;
     }
-    if (st.config_path == NULL) {
-        sy_cli_error("serve", "--config FILE is required (see --help)");
+    if (watch && st.config_path == NULL) {
+        sy_cli_error("serve", "--watch-config needs --config FILE");
         return 2;
     }
     /* serve talks more than the one-shot verbs: info unless told otherwise (SY_LOG_LEVEL, the config). */
@@ -202,11 +229,12 @@ int sy_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    st.config_stat_ok = stat(st.config_path, &st.config_stat) == 0;
-    sy_config *cfg = sy_config_load_file(st.config_path);
+    const char *what = st.config_path ? st.config_path : "the models found";
+    if (st.config_path) st.config_stat_ok = stat(st.config_path, &st.config_stat) == 0;
+    sy_config *cfg = st.config_path ? sy_config_load_file(st.config_path) : sy_config_load_string("", 0, what, NULL);
     if (!sy_config_ok(cfg)) {
         sy_config_print_diagnostics(cfg, stderr);
-        sy_cli_error("serve", "%s has errors (above); nothing was started", st.config_path);
+        sy_cli_error("serve", "%s has errors (above); nothing was started", what);
         sy_config_free(cfg);
         return 1;
     }
@@ -224,11 +252,24 @@ int sy_cmd_serve(int argc, char **argv) {
         return 1;
     }
     st.reg = &reg;
+    if (st.discover) { /* now that the plugins can describe files (the GGUF's general.name as an alias) */
+        sy_config *found = load_config(&st);
+        if (found == NULL) {
+            sy_cli_error("serve", "some of the models named are not models (above); nothing was started");
+            sy_config_free(cfg);
+            sy_plugin_registry_close(&reg);
+            return 1;
+        }
+        sy_config_free(cfg);
+        cfg = found;
+        apply_overrides(&st, cfg);
+        if (cfg->n_models == 0) sy_log(SY_LOG_WARN, "serve: no models were found");
+    }
     /* Only models with engine keys ask their plugins, so this loads just the plugins those name. */
     sy_config_check_plugin_options(cfg, &reg);
     sy_config_print_diagnostics(cfg, stderr);
     if (!sy_config_ok(cfg)) {
-        sy_cli_error("serve", "%s has errors (above); nothing was started", st.config_path);
+        sy_cli_error("serve", "%s has errors (above); nothing was started", what);
         sy_config_free(cfg);
         sy_plugin_registry_close(&reg);
         return 1;

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/option_schema.h"
 #include "base/util.h"
+#include "config/request_params.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -547,6 +548,54 @@ static bool add_option(parse_ctx *c, sy_config_model *m, const char *key, const 
 }
 
 /* An engine key of a model, kept as written until its plugin's options are known (sy_config_check_options). */
+/* defaults.KEY, set_params.KEY, strip_params: true when key is one of them (handled, or reported). */
+static bool add_request_param(parse_ctx *c, sy_config_model *m, const char *key, const char *value) {
+    sy_request_param_kind kind;
+    const char *name;
+    if (strncmp(key, SY_CONFIG_DEFAULTS_PREFIX, strlen(SY_CONFIG_DEFAULTS_PREFIX)) == 0)
+        kind = SY_REQUEST_PARAM_DEFAULT, name = key + strlen(SY_CONFIG_DEFAULTS_PREFIX);
+    else if (strncmp(key, SY_CONFIG_SET_PARAMS_PREFIX, strlen(SY_CONFIG_SET_PARAMS_PREFIX)) == 0)
+        kind = SY_REQUEST_PARAM_SET, name = key + strlen(SY_CONFIG_SET_PARAMS_PREFIX);
+    else if (strcmp(key, SY_CONFIG_STRIP_PARAMS) == 0)
+        kind = SY_REQUEST_PARAM_STRIP, name = NULL;
+    else
+        return false;
+    char why[512];
+    if (kind == SY_REQUEST_PARAM_STRIP) {
+        char *copy = sy_strdup(value);
+        for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+            while (is_blank(*item)) item++;
+            size_t n = strlen(item);
+            while (n > 0 && is_blank(item[n - 1])) item[--n] = '\0';
+            if (n == 0) continue;
+            if (!sy_request_param_type_of(item, NULL)) {
+                key_error(c, key, "'%.64s' is not a request setting (%s)", item, sy_request_param_names());
+                continue;
+            }
+            m->request_params = sy_xrealloc(m->request_params, (m->n_request_params + 1) * sizeof *m->request_params);
+            m->request_params[m->n_request_params++] =
+                (sy_config_request_param){kind, sy_strdup(item), NULL, c->lineno};
+        }
+        free(copy);
+        return true;
+    }
+    if (!sy_request_param_check(name, value, why, sizeof why)) {
+        key_error(c, key, "%s", why);
+        return true;
+    }
+    for (size_t i = 0; i < m->n_request_params; i++) {
+        const sy_config_request_param *rp = &m->request_params[i];
+        if (rp->kind == kind && strcmp(rp->key, name) == 0) {
+            key_error(c, key, "given twice (first at line %u)", rp->line);
+            return true;
+        }
+    }
+    m->request_params = sy_xrealloc(m->request_params, (m->n_request_params + 1) * sizeof *m->request_params);
+    m->request_params[m->n_request_params++] =
+        (sy_config_request_param){kind, sy_strdup(name), sy_strdup(value), c->lineno};
+    return true;
+}
+
 static void add_raw_option(parse_ctx *c, sy_config_model *m, const char *written, const char *key, const char *value) {
     for (size_t i = 0; i < m->n_raw_options; i++) {
         const sy_config_raw_option *r = &m->raw_options[i];
@@ -1100,6 +1149,7 @@ static void on_key(parse_ctx *c, const char *key, const char *value) {
                                 "max_connections bounds the connections");
         return;
     }
+    if (c->section == SEC_MODEL && add_request_param(c, obj, key, value)) return;
     if (c->section == SEC_MODEL) {
         const bool prefixed = strncmp(key, ENGINE_PREFIX, strlen(ENGINE_PREFIX)) == 0;
         const char *option = prefixed ? key + strlen(ENGINE_PREFIX) : key;
@@ -1386,6 +1436,19 @@ static size_t find_model_index(const sy_config *cfg, const char *name_or_alias) 
         const sy_config_list *a = &cfg->models[i].aliases;
         for (size_t j = 0; j < a->count; j++)
             if (strcmp(a->items[j], name_or_alias) == 0) return i;
+    }
+    return SIZE_MAX;
+}
+
+/* find_model_index, then as Ollama names models ("NAME" == "NAME:latest"). */
+static size_t find_model_index_loose(const sy_config *cfg, const char *name_or_alias) {
+    size_t i = find_model_index(cfg, name_or_alias);
+    if (i != SIZE_MAX) return i;
+    for (i = 0; i < cfg->n_models; i++) {
+        if (sy_model_name_equal(cfg->models[i].name, name_or_alias)) return i;
+        const sy_config_list *a = &cfg->models[i].aliases;
+        for (size_t j = 0; j < a->count; j++)
+            if (sy_model_name_equal(a->items[j], name_or_alias)) return i;
     }
     return SIZE_MAX;
 }
@@ -1739,6 +1802,11 @@ void sy_config_free(sy_config *cfg) {
         free(m->draft_model);
         free(m->chat_template);
         free(m->chat_template_file);
+        for (size_t j = 0; j < m->n_request_params; j++) {
+            free(m->request_params[j].key);
+            free(m->request_params[j].value);
+        }
+        free(m->request_params);
         for (size_t j = 0; j < m->n_options; j++) {
             free((void *)m->options[j].key);
             free((void *)m->options[j].value);
@@ -1807,7 +1875,7 @@ void sy_config_print_diagnostics(const sy_config *cfg, FILE *out) {
 
 const sy_config_model *sy_config_find_model(const sy_config *cfg, const char *name_or_alias) {
     if (cfg == NULL || name_or_alias == NULL) return NULL;
-    size_t i = find_model_index(cfg, name_or_alias);
+    size_t i = find_model_index_loose(cfg, name_or_alias);
     return i == SIZE_MAX ? NULL : &cfg->models[i];
 }
 

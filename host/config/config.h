@@ -122,6 +122,9 @@ typedef struct sy_config_model {
      * comma-joined), in config order. The strings are owned by the config. */
     sy_option *options;
     size_t n_options;
+    /* defaults.KEY, set_params.KEY and strip_params (config/request_params.h), in config order */
+    struct sy_config_request_param *request_params;
+    size_t n_request_params;
     unsigned line;             /* of the [model.NAME] header */
 } sy_config_model;
 

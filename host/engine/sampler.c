@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ struct sy_sampler {
     candidate *cands;   /* n_vocab entries */
     uint32_t *counts;   /* per-token counts for the penalties */
     float *last_logits; /* the last penalised logits (for logprobs; their log-sum-exp is computed when asked) */
+    sy_logit_bias *bias; /* a copy of params.logit_bias */
 };
 
 sy_sampler_params sy_sampler_defaults(void) {
@@ -30,7 +32,14 @@ sy_sampler_params sy_sampler_defaults(void) {
     p.repeat_penalty = 1.0f;
     p.penalty_last_n = 64;
     p.seed = 0;
+    p.typical_p = 1.0f;
+    p.xtc_probability = 0.0f;
+    p.xtc_threshold = 0.1f;
     return p;
+}
+
+int sy_sampler_needs_host(const sy_sampler_params *p) {
+    return (p->typical_p > 0.0f && p->typical_p < 1.0f) || p->xtc_probability > 0.0f || p->n_logit_bias > 0;
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -70,6 +79,13 @@ sy_sampler *sy_sampler_create(const sy_sampler_params *params, uint32_t n_vocab)
     s->cands = sy_xmalloc((size_t)n_vocab * sizeof *s->cands);
     s->counts = sy_xcalloc(n_vocab, sizeof *s->counts);
     s->last_logits = sy_xmalloc((size_t)n_vocab * sizeof *s->last_logits);
+    uint32_t nb = params->logit_bias && params->n_logit_bias <= SY_MAX_LOGIT_BIAS ? params->n_logit_bias : 0;
+    s->params.n_logit_bias = nb;
+    if (nb > 0) {
+        s->bias = sy_xmalloc(nb * sizeof *s->bias);
+        memcpy(s->bias, params->logit_bias, nb * sizeof *s->bias);
+    }
+    s->params.logit_bias = s->bias;
     return s;
 }
 
@@ -78,6 +94,7 @@ void sy_sampler_free(sy_sampler *s) {
     free(s->cands);
     free(s->counts);
     free(s->last_logits);
+    free(s->bias);
     free(s);
 }
 
@@ -148,15 +165,73 @@ static void select_top_k(candidate *c, uint32_t n, uint32_t k) {
 
 /* The filters follow llama.cpp's chain: top-k, then top-p and min-p on the untempered softmax of what is left,
  * then temperature over the survivors, then one draw. */
-int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+/* llama.cpp's typical sampler over cands[0..kept) (their p summing to 1): keep the tokens whose surprise is
+ * closest to the entropy until their mass passes typical_p; the survivors come back sorted by logit. */
+static uint32_t apply_typical(candidate *c, uint32_t kept, float typical_p) {
+    double entropy = 0;
+    for (uint32_t i = 0; i < kept; i++)
+        if (c[i].p > 0) entropy -= c[i].p * log(c[i].p);
+    /* sort by |-log p - entropy| (stable by the current logit order), keep a prefix */
+    double *score = sy_xmalloc((kept ? kept : 1) * sizeof *score);
+    uint32_t *order = sy_xmalloc((kept ? kept : 1) * sizeof *order);
+    for (uint32_t i = 0; i < kept; i++) {
+        score[i] = c[i].p > 0 ? fabs(-log(c[i].p) - entropy) : INFINITY;
+        order[i] = i;
+    }
+    for (uint32_t i = 1; i < kept; i++) { /* insertion sort is fine: kept is small after top-k; stable */
+        uint32_t x = order[i], j = i;
+        while (j > 0 && score[order[j - 1]] > score[x]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = x;
+    }
+    double cum = 0;
+    uint32_t last = kept;
+    for (uint32_t i = 0; i < kept; i++) {
+        cum += c[order[i]].p;
+        if (cum > typical_p) {
+            last = i + 1;
+            break;
+        }
+    }
+    candidate *keep = sy_xmalloc((last ? last : 1) * sizeof *keep);
+    for (uint32_t i = 0; i < last; i++) keep[i] = c[order[i]];
+    memcpy(c, keep, last * sizeof *keep);
+    free(keep);
+    free(score);
+    free(order);
+    qsort(c, last, sizeof *c, by_logit_desc);
+    return last;
+}
+
+/* p of cands[0..kept) as the softmax of their logits (untempered), as llama.cpp renormalises between filters. */
+static void renormalise(candidate *c, uint32_t kept) {
+    if (kept == 0) return;
+    double top = c[0].logit, sum = 0;
+    for (uint32_t i = 0; i < kept; i++) sum += (c[i].p = exp((double)c[i].logit - top));
+    for (uint32_t i = 0; i < kept; i++) c[i].p /= sum;
+}
+
+/* The chain up to the draw: a token when the choice is made already (greedy, everything banned), else -1 with
+ * cands[0..*kept) weighted by their tempered p (summing to *sum). */
+static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, size_t n_history, uint32_t *kept_out,
+                         double *sum_out) {
     const sy_sampler_params *p = &s->params;
     uint32_t n = s->n_vocab;
+    /* llama.cpp's chain: logit bias, penalties, top-k, typical-p, top-p, min-p, XTC, temperature, the draw */
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias[i].token;
+        if (t < 0 || (uint32_t)t >= n) continue;
+        logits[t] += p->logit_bias[i].bias; /* -INFINITY removes it; -100, as in llama.cpp, all but does */
+    }
     apply_penalties(s, logits, history, n_history);
     memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);
     /* Greedy needs no softmax: one pass over the row, which matters with a vocabulary of 150k and several slots
      * sampled one after another on the engine loop between two decodes. */
     if (p->temperature <= 0.0f) return sy_argmax(logits, n);
     float max = logits[sy_argmax(logits, n)];
+    if (!isfinite(max)) return sy_argmax(logits, n); /* everything banned: nothing to sample from */
 
     uint32_t kept = 0;
     double total; /* untempered mass of the candidates after top-k */
@@ -168,7 +243,8 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
         for (uint32_t i = 0; i < kept; i++) total += exp((double)s->cands[i].logit - max);
     } else {
         /* min-p removes every logit below max + ln(min_p) whatever top-p does, so those never need sorting. */
-        float floor_logit = p->min_p > 0.0f ? max + logf(p->min_p) : -INFINITY;
+        bool typical = p->typical_p > 0.0f && p->typical_p < 1.0f; /* it needs every candidate before min-p */
+        float floor_logit = p->min_p > 0.0f && !typical ? max + logf(p->min_p) : -INFINITY;
         for (uint32_t i = 0; i < n; i++) {
             if (logits[i] >= floor_logit) s->cands[kept++] = (candidate){(int32_t)i, logits[i], 0};
         }
@@ -177,6 +253,11 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
     }
     qsort(s->cands, kept, sizeof *s->cands, by_logit_desc);
     for (uint32_t i = 0; i < kept; i++) s->cands[i].p = exp((double)s->cands[i].logit - max) / total;
+    if (p->typical_p > 0.0f && p->typical_p < 1.0f && kept > 1) {
+        renormalise(s->cands, kept); /* over what top-k kept (min-p's pre-cut removed only what it would) */
+        kept = apply_typical(s->cands, kept, p->typical_p);
+        renormalise(s->cands, kept);
+    }
     if (p->top_p < 1.0f) {
         double cum = 0;
         uint32_t k = 0;
@@ -193,17 +274,54 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
         while (k < kept && s->cands[k].p >= floor_p) k++;
         kept = k;
     }
+    if (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f && kept >= 2 &&
+        sy_rng_uniform(&s->rng) <= p->xtc_probability) {
+        /* drop every candidate at or above the threshold but the last of them */
+        renormalise(s->cands, kept);
+        uint32_t pos_last = 0;
+        for (uint32_t i = 0; i < kept && s->cands[i].p >= p->xtc_threshold; i++) pos_last = i;
+        if (kept - pos_last >= 1 && pos_last > 0) {
+            memmove(s->cands, s->cands + pos_last, (kept - pos_last) * sizeof *s->cands);
+            kept -= pos_last;
+        }
+    }
     double sum = 0, top = s->cands[0].logit;
     for (uint32_t i = 0; i < kept; i++) {
         s->cands[i].p = exp(((double)s->cands[i].logit - top) / p->temperature);
         sum += s->cands[i].p;
     }
+    *kept_out = kept;
+    *sum_out = sum;
+    return -1;
+}
+
+int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    uint32_t kept = 0;
+    double sum = 0;
+    int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
+    if (chosen >= 0) return chosen;
     double r = sy_rng_uniform(&s->rng) * sum, acc = 0;
     for (uint32_t i = 0; i < kept; i++) {
         acc += s->cands[i].p;
         if (r < acc) return s->cands[i].id;
     }
     return s->cands[kept - 1].id;
+}
+
+size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                               int32_t *ids, double *probs, size_t cap) {
+    uint32_t kept = 0;
+    double sum = 0;
+    int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
+    if (chosen >= 0) {
+        if (cap > 0) ids[0] = chosen, probs[0] = 1.0;
+        return 1;
+    }
+    for (uint32_t i = 0; i < kept && i < cap; i++) {
+        ids[i] = s->cands[i].id;
+        probs[i] = s->cands[i].p / sum;
+    }
+    return kept;
 }
 
 double sy_sampler_last_logprob(const sy_sampler *s, int32_t token) {

@@ -6,6 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One entry of OpenAI's logit_bias: added to the token's logit, as llama.cpp adds it (-100 leaves the token a
+ * weight of e^-100: never chosen); -INFINITY (llama.cpp's `false`) removes it. */
+typedef struct sy_logit_bias {
+    int32_t token;
+    float bias;
+} sy_logit_bias;
+#define SY_MAX_LOGIT_BIAS 1024
+
 typedef struct sy_sampler_params {
     float temperature;       /* <= 0: greedy */
     uint32_t top_k;          /* 0: off */
@@ -16,9 +24,19 @@ typedef struct sy_sampler_params {
     float frequency_penalty; /* 0: off (OpenAI's) */
     uint32_t penalty_last_n; /* how many recent tokens the penalties look at; 0: all given */
     uint64_t seed;
+    /* llama.cpp's samplers beyond the basic chain, with its names and semantics (llama-sampler.cpp) */
+    float typical_p;         /* locally typical sampling; <= 0 or >= 1: off */
+    float xtc_probability;   /* exclude top choices: the chance per token; <= 0: off */
+    float xtc_threshold;     /* ... of removing every candidate above this probability but the least likely; > 0.5: off */
+    const sy_logit_bias *logit_bias; /* n_logit_bias entries (at most SY_MAX_LOGIT_BIAS); the caller keeps them */
+    uint32_t n_logit_bias;
 } sy_sampler_params;
 
-/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties. */
+/* Whether the parameters need more than temperature, top-k, top-p and min-p (which engines may sample alone). */
+int sy_sampler_needs_host(const sy_sampler_params *p);
+
+/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, typical-p 1, XTC off (threshold 0.1),
+ * no penalties. */
 sy_sampler_params sy_sampler_defaults(void);
 
 typedef struct sy_sampler sy_sampler;
@@ -28,6 +46,12 @@ void sy_sampler_free(sy_sampler *s);
 
 /* The next token. `logits` (n_vocab floats) may be modified. `history` are the tokens so far (for penalties). */
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history);
+
+/* The distribution sy_sampler_sample draws from for this row, without drawing: the candidates that survive the
+ * chain (best first) and their probabilities after temperature (summing to 1). Writes at most cap; returns the
+ * count. It consumes randomness as sampling does (XTC's coin), so it is for tests and diagnostics. */
+size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                               int32_t *ids, double *probs, size_t cap);
 
 /* The probability the sampler's distribution gave each token of its last call: for logprobs. Returns the
  * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. One pass over the

@@ -48,6 +48,7 @@ struct sy_gen {
     uint32_t n_prompt;
     sy_gen_params params;
     char *stop[SY_GEN_MAX_STOP_STRINGS]; /* owned copies; params.stop points at them */
+    sy_logit_bias *logit_bias;           /* owned copy; params.sampling.logit_bias points at it */
     size_t stop_len[SY_GEN_MAX_STOP_STRINGS];
     sy_gen_callback callback;
     void *user;
@@ -171,6 +172,7 @@ sy_gen_params sy_gen_params_defaults(void) {
 static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
     const sy_sampler_params *p = &g->params.sampling;
     return s->sampling != NULL && !g->params.logprobs && g->params.top_logprobs == 0 && p->repeat_penalty == 1.0f &&
+           !sy_sampler_needs_host(p) &&
            p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
            !(s->opts.speculator != NULL && g->params.speculative) && g->gstate == NULL;
 }
@@ -179,6 +181,7 @@ static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
  * Generations: references, events */
 
 static void gen_free(sy_gen *g) {
+    free(g->logit_bias);
     for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) free(g->stop[i]);
     for (size_t i = 0; i < SY_GEN_MAX_TRIGGERS; i++) free(g->trigger_words[i]);
     sy_grammar_state_free(g->gstate);
@@ -447,6 +450,14 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     memcpy(g->prompt, prompt, n_prompt * sizeof *g->prompt);
     g->n_prompt = (uint32_t)n_prompt;
     g->params = *params;
+    uint32_t n_bias = params->sampling.logit_bias ? params->sampling.n_logit_bias : 0;
+    if (n_bias > SY_MAX_LOGIT_BIAS) n_bias = SY_MAX_LOGIT_BIAS;
+    if (n_bias > 0) {
+        g->logit_bias = sy_xmalloc(n_bias * sizeof *g->logit_bias);
+        memcpy(g->logit_bias, params->sampling.logit_bias, n_bias * sizeof *g->logit_bias);
+    }
+    g->params.sampling.logit_bias = g->logit_bias;
+    g->params.sampling.n_logit_bias = n_bias;
     size_t n_stop = 0;
     for (size_t i = 0; i < params->n_stop; i++) {
         size_t len = strlen(params->stop[i]);
@@ -701,7 +712,9 @@ static int slot_start(sy_scheduler *s, slot *sl, sy_gen *g, char *msg, size_t ms
     g->sampler = sy_sampler_create(&g->params.sampling, s->n_vocab);
     g->device_sampled = device_sampling_fits(s, g);
     g->rng = g->params.sampling.seed;
-    if (!g->device_sampled && s->opts.speculator != NULL && g->params.speculative) {
+    /* speculative verification knows the basic chain only: typical-p, XTC and logit bias sample without drafts */
+    if (!g->device_sampled && s->opts.speculator != NULL && g->params.speculative &&
+        !sy_sampler_needs_host(&g->params.sampling)) {
         if (sl->spec == NULL) sl->spec = sy_spec_seq_create(s->opts.speculator, s->n_vocab);
         sy_spec_seq_begin(sl->spec, &g->params.sampling);
     }

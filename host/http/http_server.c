@@ -305,6 +305,9 @@ static int queue_response(sy_http_request *r, int status, struct MHD_Response *r
         sy_log(SY_LOG_ERROR, "%s %s: could not create a response", r->method, r->path);
         return -1;
     }
+#ifdef SY_VERSION
+    MHD_add_response_header(resp, "X-Switchyard-Version", SY_VERSION); /* /api/version answers Ollama's level */
+#endif
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned int)status, resp);
     MHD_destroy_response(resp);
@@ -514,7 +517,7 @@ static const char *preflight_headers(const char *asked) {
 static void respond_preflight(sy_http_request *r) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (resp) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 preflight_headers(sy_http_header(r, "Access-Control-Request-Headers")));
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
@@ -525,6 +528,7 @@ static void respond_preflight(sy_http_request *r) {
 static unsigned method_bit(const char *method) {
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) return SY_HTTP_GET;
     if (strcmp(method, "POST") == 0) return SY_HTTP_POST;
+    if (strcmp(method, "DELETE") == 0) return SY_HTTP_DELETE;
     return 0;
 }
 
@@ -545,8 +549,8 @@ static const sy_http_route *find_route(sy_http_request *r) {
     }
     if (allowed != 0) {
         char allow[64];
-        snprintf(allow, sizeof allow, "%s%sOPTIONS", (allowed & SY_HTTP_GET) ? "GET, HEAD, " : "",
-                 (allowed & SY_HTTP_POST) ? "POST, " : "");
+        snprintf(allow, sizeof allow, "%s%s%sOPTIONS", (allowed & SY_HTTP_GET) ? "GET, HEAD, " : "",
+                 (allowed & SY_HTTP_POST) ? "POST, " : "", (allowed & SY_HTTP_DELETE) ? "DELETE, " : "");
         char msg[400];
         char safe_method[20];
         sy_utf8_sanitize(safe_method, sizeof safe_method, r->method, strlen(r->method));

@@ -34,7 +34,7 @@ typedef enum sy_api_style {
     SY_API_STYLE_OLLAMA      /* errors as {"error":"message"} */
 } sy_api_style;
 
-enum { SY_HTTP_GET = 1, SY_HTTP_POST = 2 }; /* route method bits; HEAD counts as GET */
+enum { SY_HTTP_GET = 1, SY_HTTP_POST = 2, SY_HTTP_DELETE = 4 }; /* route method bits; HEAD counts as GET */
 
 typedef struct sy_http_route {
     unsigned methods;  /* SY_HTTP_* bits */

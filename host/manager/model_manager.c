@@ -293,6 +293,12 @@ static mm_model *find_current(const sy_model_manager *mm, const char *name_or_al
     for (size_t i = 0; i < mm->n_models; i++)
         for (size_t k = 0; k < mm->models[i]->n_aliases; k++)
             if (strcmp(mm->models[i]->aliases[k], name_or_alias) == 0) return mm->models[i];
+    /* then as Ollama names them: "NAME" and "NAME:latest" are one model */
+    for (size_t i = 0; i < mm->n_models; i++) {
+        if (sy_model_name_equal(mm->models[i]->name, name_or_alias)) return mm->models[i];
+        for (size_t k = 0; k < mm->models[i]->n_aliases; k++)
+            if (sy_model_name_equal(mm->models[i]->aliases[k], name_or_alias)) return mm->models[i];
+    }
     return NULL;
 }
 
@@ -631,6 +637,8 @@ static void enforce_budget(sy_model_manager *mm, mm_model *loaded) {
 /* ------------------------------------------------------------------------------------------------------------
  * Create, destroy */
 
+const sy_plugin_registry *sy_model_manager_registry(const sy_model_manager *mm) { return mm->reg; }
+
 sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_registry *reg) {
     if (cfg == NULL || reg == NULL || !sy_config_ok(cfg)) return NULL;
     if (cfg->options_unchecked) { /* its models' options are still empty: sy_config_check_plugin_options first */
@@ -915,6 +923,23 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
         sy_log(SY_LOG_INFO, "model %s loaded in %.3f s (%s, %llu bytes, %llu on the device)", m->name, seconds,
                m->lm.plugin->entry->name, (unsigned long long)m->memory_bytes, (unsigned long long)m->device_bytes);
     return 0;
+}
+
+sy_model_lease *sy_model_manager_acquire_loaded(sy_model_manager *mm, const char *name_or_alias, char *err,
+                                                size_t err_size, int *http_status) {
+    if (mm == NULL || name_or_alias == NULL) {
+        fail(err, err_size, http_status, 400, "no model named");
+        return NULL;
+    }
+    pthread_mutex_lock(&mm->lock);
+    sy_model_lease *lease = NULL;
+    mm_model *m = mm->destroying ? NULL : find_current(mm, name_or_alias);
+    if (mm->destroying) fail(err, err_size, http_status, 503, "the server is shutting down");
+    else if (m == NULL) unknown_model(mm, name_or_alias, err, err_size, http_status);
+    else if (m->state != SY_MODEL_READY) fail(err, err_size, http_status, 409, "model %s is not loaded", m->name);
+    else lease = new_lease(mm, m);
+    pthread_mutex_unlock(&mm->lock);
+    return lease;
 }
 
 sy_model_lease *sy_model_manager_acquire(sy_model_manager *mm, const char *name_or_alias, char *err,

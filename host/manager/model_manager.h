@@ -29,6 +29,8 @@ typedef struct sy_model_lease sy_model_lease;
 
 /* The manager borrows the registry (it must outlive the manager) and copies what it needs of the config. */
 sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_registry *reg);
+/* The registry it was created with. */
+const sy_plugin_registry *sy_model_manager_registry(const sy_model_manager *mm);
 /* Unload everything (waiting for leases to end) and free. */
 void sy_model_manager_destroy(sy_model_manager *mm);
 
@@ -44,6 +46,10 @@ sy_preload_state sy_model_manager_preload_state(sy_model_manager *mm);
  * offered), 503 load failed or timed out, 429 its queue is full. */
 sy_model_lease *sy_model_manager_acquire(sy_model_manager *mm, const char *name_or_alias, char *err,
                                          size_t err_size, int *http_status);
+/* A lease only when the model is loaded now: never loads, swaps or waits. NULL with *http_status 404 (unknown,
+ * err naming the models offered) or 409 (not loaded, or loading). For listings that must not load. */
+sy_model_lease *sy_model_manager_acquire_loaded(sy_model_manager *mm, const char *name_or_alias, char *err,
+                                                size_t err_size, int *http_status);
 void sy_model_lease_release(sy_model_lease *lease);
 
 const sy_loaded_model *sy_model_lease_model(const sy_model_lease *lease);

@@ -99,6 +99,26 @@ static int estimate_with(const sy_plugin *p, const char *path, const sy_option *
     return 0;
 }
 
+int sy_loaded_model_describe(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                             const sy_metadata_sink *sink, char *err, size_t err_size) {
+    const sy_plugin *p = plugin_name ? sy_plugin_registry_need(reg, plugin_name) : NULL;
+    if (p == NULL || p->engine == NULL) {
+        snprintf(err, err_size, "plugin %s is not available", plugin_name ? plugin_name : "(none)");
+        return -1;
+    }
+    const sy_engine_describe_api *d =
+        p->entry->get_interface ? p->entry->get_interface(SY_ENGINE_DESCRIBE_INTERFACE_ID) : NULL;
+    if (d == NULL || !SY_HAS_FIELD(d, sy_engine_describe_api, describe) || d->describe == NULL) {
+        snprintf(err, err_size, "plugin %s cannot describe a model without loading it", p->entry->name);
+        return -1;
+    }
+    if (d->describe(path, sink) != SY_OK) {
+        snprintf(err, err_size, "%s", p->engine->error_message());
+        return -1;
+    }
+    return 0;
+}
+
 int sy_loaded_model_estimate(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
                              const sy_option *options, size_t n_options, sy_resource_estimate *out) {
     struct stat st;

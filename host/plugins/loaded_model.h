@@ -30,6 +30,10 @@ int sy_loaded_model_estimate(const sy_plugin_registry *reg, const char *plugin_n
                              const sy_option *options, size_t n_options, sy_resource_estimate *out);
 
 /* Tokenize with the plugin's buffer protocol; returns a malloc'd array (count in *n) or NULL with err set. */
+/* The metadata of the model at path without loading it, through its plugin's "sy.engine.describe/1" (see
+ * engine.h). 0, or -1 with err saying why (no such plugin, the plugin cannot describe, the file is malformed). */
+int sy_loaded_model_describe(const sy_plugin_registry *reg, const char *plugin_name, const char *path,
+                             const sy_metadata_sink *sink, char *err, size_t err_size);
 int32_t *sy_loaded_model_tokenize(const sy_loaded_model *lm, const char *text, size_t len, uint32_t flags,
                                   size_t *n, char *err, size_t err_size);
 /* A token's bytes into buf (grown as needed); returns the length or -1. */

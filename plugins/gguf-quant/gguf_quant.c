@@ -36,6 +36,7 @@
 #include "cpu_engine.h"
 #include "gguf.h"
 #include "gguf_vocab.h"
+#include "model_describe.h"
 #include "tensor_names.h"
 #include "transformer.h"
 #include "transformer_lfm2.h"
@@ -561,6 +562,23 @@ static const sy_engine_resources_api resources_api = {
     .estimate = gq_estimate,
 };
 
+/* ---- describe ("sy.engine.describe/1") ---- */
+
+static sy_status gq_describe(const char *path, const sy_metadata_sink *sink) {
+    if (path == NULL || sink == NULL || sink->put == NULL) return fail(SY_ERR_INVALID_ARGUMENT, "describe: bad arguments");
+    char err[400];
+    sy_gguf *g = sy_gguf_open(path, err, sizeof err);
+    if (g == NULL) return fail(SY_ERR_FORMAT, "%s", err);
+    sy_status st = sy_gguf_describe(g, sink);
+    sy_gguf_close(g);
+    return st;
+}
+
+static const sy_engine_describe_api describe_api = {
+    .struct_size = sizeof(sy_engine_describe_api),
+    .describe = gq_describe,
+};
+
 static const sy_engine_api engine_api = {
     .struct_size = sizeof(sy_engine_api),
     .probe = gq_probe,
@@ -582,6 +600,7 @@ static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
+    if (id && strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &describe_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }

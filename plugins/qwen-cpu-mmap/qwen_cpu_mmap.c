@@ -31,6 +31,7 @@
 #include "cpu_engine.h"
 #include "hf_config.h"
 #include "hf_vocab.h"
+#include "model_describe.h"
 #include "safetensors.h"
 #include "tensor_names.h"
 #include "tokenizer_bpe.h"
@@ -457,6 +458,22 @@ static const sy_engine_resources_api resources_api = {
     .estimate = qm_estimate,
 };
 
+/* ---- describe ("sy.engine.describe/1"): config.json under GGUF's key names ---- */
+
+static sy_status qm_describe(const char *path, const sy_metadata_sink *sink) {
+    if (path == NULL || sink == NULL || sink->put == NULL)
+        return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "describe: bad arguments");
+    char err[400];
+    sy_status st = sy_hf_describe(path, sink, err, sizeof err);
+    if (st != SY_OK) return sy_cpu_fail(st, "%s", err);
+    return SY_OK;
+}
+
+static const sy_engine_describe_api describe_api = {
+    .struct_size = sizeof(sy_engine_describe_api),
+    .describe = qm_describe,
+};
+
 /* ---- the plugin ---- */
 
 static const sy_engine_api engine_api = {
@@ -480,6 +497,7 @@ static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
+    if (id && strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &describe_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }

@@ -639,11 +639,46 @@ static const sy_engine_resources_api te_resources_api = {
     .estimate = te_estimate,
 };
 
+/* Describe ("sy.engine.describe/1"): the facts model_info gives, from the model file alone. */
+static int te_put_int(const sy_metadata_sink *sink, const char *key, int64_t v) {
+    sy_metadata_value mv = {.struct_size = sizeof mv, .type = SY_META_INT, .i = v};
+    return sink->put(sink->user, key, &mv);
+}
+
+static sy_status te_describe(const char *path, const sy_metadata_sink *sink) {
+    if (path == NULL || sink == NULL || sink->put == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "describe: bad arguments");
+    char *file = malloc(TE_MAX_FILE_BYTES);
+    if (file == NULL) return te_fail(SY_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    size_t len = 0;
+    te_config cfg;
+    sy_status st = te_read_config(path, NULL, 0, file, &len, &cfg);
+    free(file);
+    if (st != SY_OK) return st;
+    sy_metadata_value arch = {.struct_size = sizeof arch, .type = SY_META_STRING, .string = "test", .len = 4};
+    sy_metadata_value name = {.struct_size = sizeof name, .type = SY_META_STRING, .string = cfg.name,
+                              .len = strlen(cfg.name)};
+    sy_metadata_value ft = {.struct_size = sizeof ft, .type = SY_META_STRING, .string = "F16", .len = 3};
+    if (sink->put(sink->user, "general.architecture", &arch) || sink->put(sink->user, "general.name", &name) ||
+        sink->put(sink->user, "general.file_type_name", &ft) || te_put_int(sink, "general.file_type", 1) ||
+        te_put_int(sink, "general.parameter_count", (int64_t)cfg.n_vocab * TE_ROW_VALUES * cfg.n_layer) ||
+        te_put_int(sink, "test.context_length", cfg.n_ctx_train) ||
+        te_put_int(sink, "test.embedding_length", TE_ROW_VALUES) || te_put_int(sink, "test.block_count", cfg.n_layer) ||
+        te_put_int(sink, "test.vocab_size", cfg.n_vocab))
+        return SY_OK;
+    return SY_OK;
+}
+
+static const sy_engine_describe_api te_describe_api = {
+    .struct_size = sizeof(sy_engine_describe_api),
+    .describe = te_describe,
+};
+
 static const void *te_get_interface(const char *id) {
     if (id == NULL) return NULL;
     if (strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &te_engine_api;
     if (strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &te_state_api;
     if (strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &te_resources_api;
+    if (strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &te_describe_api;
     if (strcmp(id, SY_ENGINE_SAMPLING_INTERFACE_ID) == 0) return &te_sampling_api;
     if (strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &te_options_api;
     return NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "model_describe.h"
 #include "tokenizer_spm.h"
 
 static volatile uint64_t sink;
@@ -50,6 +51,20 @@ static void read_everything(const sy_gguf *g) {
     }
 }
 
+/* What "sy.engine.describe/1" reports of the file: every key and value checked by the sink. */
+static int check_value(void *user, const char *key, const sy_metadata_value *v) {
+    (void)user;
+    sink += strlen(key);
+    if (v->type == SY_META_STRING) touch_bytes(v->string, v->len);
+    else if (v->type > SY_META_ARRAY) abort();
+    return 0;
+}
+
+static void describe(const sy_gguf *g) {
+    sy_metadata_sink s = {sizeof s, NULL, check_value};
+    if (sy_gguf_describe(g, &s) != SY_OK) abort();
+}
+
 static void tokenize_with(const sy_gguf *g) {
     sy_spm *tok = sy_spm_from_gguf(g, NULL, 0);
     if (tok == NULL) return;
@@ -72,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sy_gguf *g = sy_gguf_open_memory(data, size, NULL, 0);
     if (g == NULL) return 0;
     read_everything(g);
+    describe(g);
     tokenize_with(g);
     sy_gguf_close(g);
     return 0;

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "config/request_params.h"
 
 /* What the plugins declare, as the manager's schema callback would hand it over: the CPU engines' keys (with their
  * ranges) plus one of each other type, for every plugin but "legacy", which stands for a plugin of ABI 1.1 that
@@ -1069,6 +1070,45 @@ static void test_load_file(void **state) {
     sy_config_free(cfg);
 }
 
+/* defaults.KEY, set_params.KEY and strip_params: kept in order, checked with file:line, never engine options. */
+static void test_request_params(void **state) {
+    (void)state;
+    sy_config *cfg = parse(MODEL_HEAD("a") "defaults.temperature = 0.7\ndefaults.stop = [\"</s>\", \"x\"]\n"
+                                           "defaults.system_prompt = Be brief; really.\nset_params.top_k = 20\n"
+                                           "strip_params = presence_penalty, top_p\n");
+    assert_clean(cfg);
+    const sy_config_model *m = &cfg->models[0];
+    assert_int_equal(m->n_request_params, 6);
+    assert_int_equal(m->n_options, 0);
+    assert_int_equal(m->request_params[0].kind, SY_REQUEST_PARAM_DEFAULT);
+    assert_string_equal(m->request_params[0].key, "temperature");
+    assert_string_equal(m->request_params[0].value, "0.7");
+    assert_string_equal(m->request_params[2].value, "Be brief; really."); /* ';' without a blank before it */
+    assert_int_equal(m->request_params[3].kind, SY_REQUEST_PARAM_SET);
+    assert_int_equal(m->request_params[4].kind, SY_REQUEST_PARAM_STRIP);
+    assert_string_equal(m->request_params[5].key, "top_p");
+    sy_config_free(cfg);
+
+    cfg = parse(MODEL_HEAD("a") "defaults.temperature = hot\n");
+    assert_single_error(cfg, "cfg.ini:4: [model.a] defaults.temperature: temperature must be a number from 0 to 100");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "set_params.top_k = 1.5\n");
+    assert_error_containing(cfg, "top_k must be a whole number");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.bogus = 1\n");
+    assert_error_containing(cfg, "'bogus' is not a request setting");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "strip_params = temperature, nope\n");
+    assert_error_containing(cfg, "'nope' is not a request setting");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.stop = [1]\n");
+    assert_error_containing(cfg, "stop must be one string or a JSON array");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.top_p = 0.5\ndefaults.top_p = 0.6\n");
+    assert_error_containing(cfg, "given twice (first at line 4)");
+    sy_config_free(cfg);
+}
+
 /* The example configs in configs/ are valid. */
 static void test_example_configs(void **state) {
     (void)state;
@@ -1126,6 +1166,7 @@ int main(void) {
         cmocka_unit_test(test_api_keys_not_echoed),
         cmocka_unit_test_setup_teardown(test_load_file, make_tmp_dir, remove_tmp_dir),
         cmocka_unit_test(test_example_configs),
+        cmocka_unit_test(test_request_params),
         cmocka_unit_test(test_diagnostics_printing),
         cmocka_unit_test(test_engine_keys),
     };

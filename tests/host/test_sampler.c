@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "engine/sampler.h"
 
@@ -179,6 +182,87 @@ static void logprob_is_log_softmax(void **state) {
     sy_sampler_free(s);
 }
 
+/* llama.cpp's own chain (tests/fixtures/sampler/llama-chain.json, tools/oracle/sampler_fixtures.py): logit
+ * bias, top-k, typical-p, top-p, min-p, XTC (its coin always on) and temperature leave the same candidates with
+ * the same probabilities. */
+static void chain_matches_llama_cpp(void **state) {
+    (void)state;
+    const char *src = getenv("SY_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/sampler/llama-chain.json", src ? src : ".");
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    const cJSON *c;
+    int n_cases = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        const cJSON *logits = cJSON_GetObjectItem(c, "logits"), *p = cJSON_GetObjectItem(c, "params");
+        uint32_t n = (uint32_t)cJSON_GetArraySize(logits);
+        float *row = malloc(n * sizeof *row);
+        for (uint32_t i = 0; i < n; i++) row[i] = (float)cJSON_GetArrayItem(logits, (int)i)->valuedouble;
+        sy_sampler_params sp = plain((float)cJSON_GetObjectItem(p, "temperature")->valuedouble, 5);
+        sp.top_k = (uint32_t)cJSON_GetObjectItem(p, "top_k")->valuedouble;
+        sp.typical_p = (float)cJSON_GetObjectItem(p, "typical_p")->valuedouble;
+        sp.top_p = (float)cJSON_GetObjectItem(p, "top_p")->valuedouble;
+        sp.min_p = (float)cJSON_GetObjectItem(p, "min_p")->valuedouble;
+        sp.xtc_probability = (float)cJSON_GetObjectItem(p, "xtc_probability")->valuedouble;
+        sp.xtc_threshold = (float)cJSON_GetObjectItem(p, "xtc_threshold")->valuedouble;
+        sy_logit_bias bias[4];
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(c, "logit_bias")) {
+            bias[sp.n_logit_bias].token = (int32_t)cJSON_GetArrayItem(b, 0)->valuedouble;
+            bias[sp.n_logit_bias].bias = (float)cJSON_GetArrayItem(b, 1)->valuedouble;
+            sp.n_logit_bias++;
+        }
+        sp.logit_bias = bias;
+        sy_sampler *s = sy_sampler_create(&sp, n);
+        int32_t ids[256];
+        double probs[256];
+        size_t k = sy_sampler_distribution(s, row, NULL, 0, ids, probs, 256);
+        const cJSON *want_ids = cJSON_GetObjectItem(c, "ids"), *want_p = cJSON_GetObjectItem(c, "probs");
+        if (k != (size_t)cJSON_GetArraySize(want_ids)) {
+            print_error("case %d: %zu candidates, llama.cpp keeps %d\n", n_cases, k, cJSON_GetArraySize(want_ids));
+            fail();
+        }
+        for (size_t i = 0; i < k; i++) {
+            if (ids[i] != (int32_t)cJSON_GetArrayItem(want_ids, (int)i)->valuedouble)
+                print_error("case %d: candidate %zu is %d, llama.cpp's %d\n", n_cases, i, ids[i],
+                            (int)cJSON_GetArrayItem(want_ids, (int)i)->valuedouble);
+            assert_int_equal(ids[i], (int32_t)cJSON_GetArrayItem(want_ids, (int)i)->valuedouble);
+            assert_true(fabs(probs[i] - cJSON_GetArrayItem(want_p, (int)i)->valuedouble) < 1e-4);
+        }
+        sy_sampler_free(s);
+        free(row);
+        n_cases++;
+    }
+    assert_true(n_cases >= 50);
+    cJSON_Delete(doc);
+}
+
+/* logit_bias adds to the logit: -100 all but bans (a greedy choice moves to the next best), -inf removes. */
+static void logit_bias_bans_and_shifts(void **state) {
+    (void)state;
+    float l[4] = {1, 5, 3, 2};
+    sy_logit_bias ban = {1, -100.0f};
+    sy_sampler_params p = plain(0, 1);
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    sy_sampler *s = sy_sampler_create(&p, 4);
+    assert_int_equal(sy_sampler_sample(s, l, NULL, 0), 2);
+    sy_sampler_free(s);
+    float l2[4] = {1, 5, 3, 2};
+    sy_logit_bias up = {3, 3.5f};
+    p.logit_bias = &up;
+    s = sy_sampler_create(&p, 4);
+    assert_int_equal(sy_sampler_sample(s, l2, NULL, 0), 3);
+    sy_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(argmax_takes_lowest_id_on_ties),
@@ -190,6 +274,8 @@ int main(void) {
         cmocka_unit_test(top_k_over_a_large_vocabulary_keeps_exactly_the_k_best),
         cmocka_unit_test(penalties_change_the_logits_as_documented),
         cmocka_unit_test(logprob_is_log_softmax),
+        cmocka_unit_test(chain_matches_llama_cpp),
+        cmocka_unit_test(logit_bias_bans_and_shifts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

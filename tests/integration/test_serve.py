@@ -243,7 +243,8 @@ def t_errors(srv):
     check(status == 413, f"413 (chunked): {status} {body}")
     # Parameters.
     chat = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}
-    for extra, param in (({"n": 2}, "n"), ({"temperature": "hot"}, "temperature"), ({"temperature": 9}, "temperature"),
+    for extra, param in (({"n": 17}, "n"), ({"n": 2, "stream": True}, "n"), ({"temperature": "hot"}, "temperature"),
+                         ({"temperature": 9}, "temperature"),
                          ({"max_tokens": 0}, "max_tokens"), ({"stop": [1]}, "stop"),
                          ({"top_logprobs": 2}, "top_logprobs"), ({"messages": []}, "messages"),
                          ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),

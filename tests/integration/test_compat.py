@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Integration test of what migrating clients check first (issue 17): Ollama's version, details, model_info,
+capabilities and model management; llama-server's /tokenize, /detokenize, /props, /slots and metrics names;
+x-api-key; OpenAI's n, logit_bias and ignored fields; per-model defaults; the extra samplers; fill-in-the-middle
+(/infill prompt tokens against llama-server's on the same GGUF, tests/fixtures/fim/qwen-infill.json); and
+`serve MODEL...` / `--models-dir`.
+
+Servers and helpers are test_serve.py's. With SY_SMOLLM2_GGUF set, the checks on a real model run too
+(details from its header, logit_bias on its greedy token); without it they say they are skipped.
+
+Usage: test_compat.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
+
+import ollama
+import openai
+
+import fim_model
+import test_serve as ts
+from test_serve import CheckFailed, Server, check, curl, curl_json, post
+
+SMOL = os.environ.get("SY_SMOLLM2_GGUF", "")
+FIM_GGUF = None
+
+
+def te_section(name, fixture="alpha.model", extra=""):
+    return ts.model_section(name, fixture, name, extra=extra)
+
+
+def main_config():
+    text = "[host]\nmax_request_body = 64K\n\n"
+    text += te_section("alpha")
+    text += te_section("tuned", extra="defaults.temperature = 0\ndefaults.max_tokens = 5\n"
+                                      "defaults.system_prompt = You answer in one word.\n"
+                                      "set_params.top_k = 1\nstrip_params = presence_penalty")
+    text += (f"[model.coder]\nplugin = gguf-quant\npath = {FIM_GGUF}\nctx_size = {fim_model.N_CTX}\n"
+             "group = coder\n\n")
+    if SMOL:
+        text += f"[model.smol]\nplugin = gguf-quant\npath = {SMOL}\ngroup = smol\naliases = smollm2\n\n"
+    return text
+
+
+def loaded(srv):
+    return [m.model for m in srv.ollama().ps().models]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def t_ollama_version_and_listing(srv):
+    status, headers, body = curl_json(srv.base + "/api/version")
+    check(status == 200, f"version {status} {body}")
+    parts = [int(x) for x in body["version"].split(".")]
+    check(parts >= [0, 6, 4], f"/api/version {body['version']} is below what Copilot needs (0.6.4)")
+    check(re.fullmatch(r"\d+\.\d+\.\d+", headers.get("x-switchyard-version", "")),
+          f"X-Switchyard-Version header: {headers}")
+    status, _, models = curl_json(srv.base + "/v1/models")
+    check(all(m["meta"]["switchyard_version"] == headers["x-switchyard-version"] for m in models["data"]),
+          f"/v1/models meta {models}")
+    o = srv.ollama()
+    tags = {m.model: m for m in o.list().models}
+    coder = tags["coder"].details
+    check(coder.format == "gguf" and coder.family == "qwen2" and coder.families == ["qwen2"] and
+          coder.quantization_level == "F16" and coder.parameter_size.endswith("M"), f"coder details {coder}")
+    alpha = tags["alpha"].details
+    check(alpha.family == "test" and alpha.parameter_size, f"alpha details {alpha}")
+    check(loaded(srv) == [], f"listing loaded models: {loaded(srv)}")
+    # show: capabilities from what the model supports, model_info from the header, nothing loads
+    s = o.show("coder:latest")
+    check("completion" in s.capabilities and "insert" in s.capabilities, f"coder capabilities {s.capabilities}")
+    info = s.modelinfo
+    check(info["general.architecture"] == "qwen2" and info["qwen2.context_length"] == 32768 and
+          info["qwen2.embedding_length"] == fim_model.HIDDEN and info["qwen2.block_count"] == fim_model.LAYERS,
+          f"coder model_info {info}")
+    check(info["tokenizer.ggml.fim_pre_token_id"] == 151659 and info["tokenizer.ggml.tokens"] is None,
+          "FIM ids and arrays as null: " + json.dumps({k: v for k, v in info.items() if "tokenizer" in k})[:400])
+    check(o.show("alpha").capabilities == ["completion"], "alpha has no FIM tokens: completion only")
+    check(loaded(srv) == [], f"show loaded models: {loaded(srv)}")
+    if not SMOL:
+        print("  (SY_SMOLLM2_GGUF unset: the SmolLM2 details are skipped)")
+        return
+    # SmolLM2-135M-Instruct Q4_1: the published model's facts (HF config: llama, 30 layers, 576 wide, 8192 ctx)
+    d = tags["smol"].details
+    check((d.family, d.parameter_size, d.quantization_level) == ("llama", "135M", "Q4_1"), f"smol details {d}")
+    i = o.show("smollm2").modelinfo
+    check((i["llama.context_length"], i["llama.embedding_length"], i["llama.block_count"]) == (8192, 576, 30),
+          f"smol model_info {i}")
+    check(loaded(srv) == [], f"show smol loaded it: {loaded(srv)}")
+
+
+def t_ollama_model_management(srv):
+    o = srv.ollama()
+    r = o.pull("alpha", stream=False)
+    check(r.status == "success", f"pull alpha {r}")
+    statuses = [p.status for p in o.pull("alpha:latest", stream=True)]
+    check(statuses[0] == "pulling manifest" and statuses[-1] == "success", f"pull progress {statuses}")
+    for call, want in ((lambda: o.pull("nope"), 404), (lambda: o.delete("alpha"), 400),
+                       (lambda: o.delete("nope"), 404), (lambda: o.copy("alpha", "alpha2"), 400),
+                       (lambda: o.push("alpha"), 400), (lambda: o.create(model="x", from_="alpha"), 400)):
+        try:
+            call()
+            raise CheckFailed("a model management call succeeded")
+        except ollama.ResponseError as e:
+            check(e.status_code == want and (want == 404 or "configuration" in e.error), f"{e.status_code} {e.error}")
+    status, _, body = curl_json(srv.base + "/api/delete", "-X", "DELETE", "-H", "Content-Type: application/json",
+                                data=json.dumps({"model": "alpha"}))
+    check(status == 400 and "configuration" in body["error"], f"DELETE /api/delete {status} {body}")
+
+
+def t_ollama_options(srv):
+    o = srv.ollama()
+    # num_ctx: a per-request limit within the loaded context (512): prompt + output stay within it
+    r = o.generate(model="alpha", prompt="Hello", raw=True, options={"num_ctx": 12, "temperature": 0})
+    check(r.prompt_eval_count < 12 and r.prompt_eval_count + r.eval_count == 12 and r.done_reason == "length",
+          f"num_ctx 12: {r}")
+    try:
+        o.generate(model="alpha", prompt="x " * 40, raw=True, options={"num_ctx": 8})
+        raise CheckFailed("a prompt longer than num_ctx was accepted")
+    except ollama.ResponseError as e:
+        check(e.status_code == 400 and "num_ctx" in e.error, f"long prompt: {e}")
+    # load-time options are accepted (the config sets the load); unknown and unimplemented ones are refused
+    r = o.generate(model="alpha", prompt="Hi", options={"num_thread": 2, "num_gpu": 0, "use_mmap": True,
+                                                        "num_predict": 2, "mirostat": 0, "tfs_z": 1})
+    check(r.done, f"load-time options: {r}")
+    for opts, name in (({"mirostat": 2}, "mirostat"), ({"tfs_z": 0.5}, "tfs_z"), ({"bogus": 1}, "bogus"),
+                       ({"dry_multiplier": 0.8}, "dry_multiplier")):
+        try:
+            o.generate(model="alpha", prompt="Hi", options=opts)
+            raise CheckFailed(f"options {opts} accepted")
+        except ollama.ResponseError as e:
+            check(e.status_code == 400 and name in e.error, f"{opts}: {e}")
+    r = o.generate(model="alpha", prompt="Hi", options={"typical_p": 0.5, "xtc_probability": 0.5,
+                                                        "xtc_threshold": 0.1, "num_predict": 4, "seed": 3})
+    check(r.eval_count == 4, f"typical_p and XTC: {r}")
+
+
+def t_llama_server_extras(srv):
+    b = srv.base
+    # /slots and /props report without loading
+    status, _, slots = curl_json(b + "/slots?model=tuned")
+    check(status == 200 and len(slots) == 2 and slots[0]["is_processing"] is False and slots[0]["loaded"] is False,
+          f"slots {slots}")
+    status, _, props = curl_json(b + "/props?model=coder")
+    check(status == 200 and props["default_generation_settings"]["n_ctx"] == 32768 and
+          props["modalities"] == {"vision": False, "audio": False} and "chat_template" in props and
+          props["is_loaded"] is False, f"props {str(props)[:400]}")
+    check("tuned" not in loaded(srv) and "coder" not in loaded(srv), f"/slots or /props loaded: {loaded(srv)}")
+    status, _, props = curl_json(b + "/props?model=tuned")
+    p = props["default_generation_settings"]["params"]
+    check(p["temperature"] == 0 and p["n_predict"] == 5 and p["top_k"] == 1, f"tuned props {p}")
+    # /tokenize with pieces and /detokenize round-trip
+    text = "héllo wörld"
+    status, _, tok = post(b + "/tokenize", {"model": "coder", "content": text, "with_pieces": True})
+    check(status == 200 and tok["tokens"], f"tokenize {status} {tok}")
+    ids = [t["id"] for t in tok["tokens"]]
+    pieces = "".join(t["piece"] if isinstance(t["piece"], str) else bytes(t["piece"]).decode("latin-1")
+                     for t in tok["tokens"])
+    check(all(isinstance(t["piece"], str) for t in tok["tokens"]) and pieces == text, f"pieces {tok}")
+    status, _, plain = post(b + "/tokenize", {"model": "coder", "content": text})
+    check(plain["tokens"] == ids, f"tokenize without pieces {plain}")
+    status, _, det = post(b + "/detokenize", {"model": "coder", "tokens": ids})
+    check(status == 200 and det["content"] == text, f"detokenize {det}")
+    status, _, det = post(b + "/detokenize", {"model": "coder", "tokens": [10 ** 9]})
+    check(status == 400 and det["error"]["param"] == "tokens", f"bad token {det}")
+    status, _, metrics = curl(b + "/metrics")
+    check(status == 200 and "llamacpp:prompt_tokens_total" in metrics and
+          "llamacpp:tokens_predicted_total" in metrics and "llamacpp:requests_processing" in metrics,
+          "llama.cpp metric names missing")
+
+
+def t_openai_n_and_logit_bias(srv):
+    c = srv.openai()
+    msgs = [{"role": "user", "content": "Tell me something."}]
+    r = c.chat.completions.create(model="alpha", messages=msgs, n=3, max_tokens=6, seed=11, temperature=1.0)
+    texts = [ch.message.content for ch in r.choices]
+    check(len(texts) == 3 and [ch.index for ch in r.choices] == [0, 1, 2], f"n=3: {r}")
+    check(len(set(texts)) > 1, f"n=3 gave identical samples: {texts}")
+    check(r.usage.completion_tokens == 18, f"usage {r.usage}")
+    again = c.chat.completions.create(model="alpha", messages=msgs, n=3, max_tokens=6, seed=11, temperature=1.0)
+    check([ch.message.content for ch in again.choices] == texts, "n=3 with one seed is not reproducible")
+    one = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=6, seed=11, temperature=1.0)
+    check(one.choices[0].message.content == texts[0], "the first of n is not the n=1 answer")
+    # accepted and ignored; refused by name
+    r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=2, user="u-1", store=False,
+                                  metadata={"k": "v"}, service_tier="auto")
+    check(r.choices[0].message.content is not None, "user/store/metadata/service_tier")
+    try:
+        c.chat.completions.create(model="alpha", messages=msgs, modalities=["text", "audio"],
+                                  audio={"voice": "alloy", "format": "wav"})
+        raise CheckFailed("audio output accepted")
+    except openai.BadRequestError as e:
+        check(e.body["param"] in ("audio", "modalities"), f"audio: {e.body}")
+    # logit_bias: banning the greedy token changes the greedy choice; out of vocabulary is refused
+    first = c.completions.create(model="alpha", prompt="abc", max_tokens=1, temperature=0, logprobs=1)
+    tok = first.choices[0].logprobs.tokens[0]
+    status, _, ids = post(srv.base + "/tokenize", {"model": "alpha", "content": tok})
+    banned = c.completions.create(model="alpha", prompt="abc", max_tokens=1, temperature=0,
+                                  logit_bias={str(i): -100 for i in ids["tokens"]})
+    check(banned.choices[0].text != first.choices[0].text, f"logit_bias -100 did not ban {tok!r}")
+    try:
+        c.completions.create(model="alpha", prompt="abc", max_tokens=1, logit_bias={"99999999": 1})
+        raise CheckFailed("logit_bias outside the vocabulary accepted")
+    except openai.BadRequestError as e:
+        check(e.body["param"] == "logit_bias", f"{e.body}")
+    if SMOL:
+        r = c.completions.create(model="smol", prompt="The capital of France is", max_tokens=1, temperature=0)
+        status, _, paris = post(srv.base + "/tokenize", {"model": "smol", "content": r.choices[0].text})
+        r2 = c.completions.create(model="smol", prompt="The capital of France is", max_tokens=1, temperature=0,
+                                  logit_bias={str(paris["tokens"][0]): -100})
+        check(r2.choices[0].text != r.choices[0].text, f"smol logit_bias: {r.choices[0].text!r}")
+
+
+def t_model_defaults(srv):
+    c = srv.openai()
+    msgs = [{"role": "user", "content": "Hi"}]
+    a = c.chat.completions.create(model="tuned", messages=msgs)
+    b = c.chat.completions.create(model="tuned", messages=msgs, temperature=1.5, presence_penalty=1.0,
+                                  extra_body={"top_k": 50})
+    check(a.usage.completion_tokens == 5, f"defaults.max_tokens 5: {a.usage}")
+    plain = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=1)
+    check(a.usage.prompt_tokens > plain.usage.prompt_tokens, "defaults.system_prompt did not reach the prompt")
+    # top_k forced to 1: any temperature gives the greedy answer
+    check(b.choices[0].message.content == a.choices[0].message.content, "set_params.top_k = 1 not forced")
+    with_sys = c.chat.completions.create(model="tuned", messages=[{"role": "system", "content": "S"}] + msgs)
+    check(with_sys.usage.prompt_tokens < a.usage.prompt_tokens, "a request's own system message was replaced")
+    r = srv.ollama().generate(model="tuned", prompt="Hi")
+    check(r.eval_count == 5, f"Ollama: defaults.max_tokens as num_predict {r}")
+
+
+def t_fim(srv):
+    with open(os.path.join(ts.ARGS.source_dir, "tests", "fixtures", "fim", "qwen-infill.json")) as f:
+        fixture = json.load(f)
+    for i, case in enumerate(fixture["cases"]):
+        body = dict(case["request"], model="coder", n_predict=1, temperature=0, return_prompt_tokens=True)
+        status, _, r = post(srv.base + "/infill", body)
+        check(status == 200, f"/infill case {i}: {status} {r}")
+        check(r["prompt_tokens"] == case["prompt_tokens"],
+              f"/infill case {i}: prompt tokens differ from llama-server's: {r['prompt_tokens'][:20]}... vs "
+              f"{case['prompt_tokens'][:20]}...")
+        check(r["tokens_evaluated"] == len(case["prompt_tokens"]), f"case {i} tokens_evaluated")
+    c = srv.openai()
+    r = c.completions.create(model="coder", prompt="def add(a, b):\n    ", suffix="\n", max_tokens=3, temperature=0)
+    check(r.usage.completion_tokens == 3, f"suffix on /v1/completions {r}")
+    g = srv.ollama().generate(model="coder", prompt="def add(a, b):\n    ", suffix="\n", options={"num_predict": 3})
+    check(g.eval_count == 3, f"suffix on /api/generate {g}")
+    try:
+        c.completions.create(model="alpha", prompt="x", suffix="y", max_tokens=1)
+        raise CheckFailed("FIM on a model without FIM tokens accepted")
+    except openai.BadRequestError as e:
+        check("fill-in-the-middle" in e.body["message"], f"{e.body}")
+    # llama.vscode sends no model: the configured model with FIM tokens is meant
+    status, _, r = post(srv.base + "/infill", {"input_prefix": "def f(", "input_suffix": ")\n", "n_predict": 2})
+    check(status == 200 and r["model"] == "coder" and r["tokens_predicted"] == 2, f"/infill without a model {r}")
+    status, _, r = post(srv.base + "/infill", {"model": "coder", "input_extra": [{"filename": "a"}]})
+    check(status == 400 and r["error"]["param"] == "input_extra", f"bad input_extra {r}")
+
+
+def t_x_api_key(_main):
+    srv = Server("keys", "[host]\napi_keys = k-one\n\n" + te_section("alpha"))
+    try:
+        status, _, _ = curl_json(srv.base + "/v1/models", "-H", "x-api-key: k-one")
+        check(status == 200, f"x-api-key: {status}")
+        status, _, body = curl_json(srv.base + "/v1/models", "-H", "x-api-key: wrong")
+        check(status == 401, f"wrong x-api-key: {status} {body}")
+        status, _, body = curl_json(srv.base + "/v1/models")
+        check(status == 401 and "x-api-key" in body["error"]["message"], f"no key: {body}")
+        r = srv.openai(api_key="k-one").models.list()
+        check(r.data[0].id == "alpha", "Bearer still works")
+    finally:
+        srv.stop()
+
+
+def t_serve_models_dir(_main):
+    root = os.path.join(ts.ARGS.work_dir, "models-dir")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "plain", "sub"))
+    shutil.copy(FIM_GGUF, os.path.join(root, "plain", "Tiny-Coder.gguf"))
+    shutil.copy(FIM_GGUF, os.path.join(root, "plain", "sub", "model.gguf"))
+    shutil.copytree(os.path.join(ts.ARGS.source_dir, "tests", "fixtures", "hf", "qwen2-tied-f32"),
+                    os.path.join(root, "plain", "hf-qwen"))
+    shutil.copytree(os.path.join(os.path.dirname(FIM_GGUF), "qwen-fim-tiny-hf"), os.path.join(root, "plain", "hf-coder"))
+    # an Ollama models folder: a manifest naming its model layer in blobs/
+    import hashlib
+    with open(FIM_GGUF, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    os.makedirs(os.path.join(root, "ollama", "blobs"))
+    shutil.copy(FIM_GGUF, os.path.join(root, "ollama", "blobs", "sha256-" + digest))
+    mdir = os.path.join(root, "ollama", "manifests", "registry.ollama.ai", "library", "coder")
+    os.makedirs(mdir)
+    with open(os.path.join(mdir, "7b"), "w") as f:
+        json.dump({"schemaVersion": 2, "layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                   "digest": "sha256:" + digest, "size": 1}]}, f)
+
+    def start(name, args):
+        srv = Server.__new__(Server)
+        return ts_start(srv, name, args)
+
+    srv = start("dir", ["--models-dir", os.path.join(root, "plain")])
+    try:
+        models = {m.id: m for m in srv.openai().models.list().data}
+        check(set(models) == {"Tiny-Coder", "sub", "hf-qwen", "hf-coder"}, f"--models-dir found {sorted(models)}")
+        hf = srv.ollama().show("hf-coder")
+        check(hf.details.format == "safetensors" and hf.details.family == "qwen2" and "insert" in hf.capabilities
+              and hf.modelinfo["qwen2.embedding_length"] == fim_model.HIDDEN, f"HF folder: {hf.details} {hf.capabilities}")
+        check(models["Tiny-Coder"].aliases == ["qwen-fim-tiny-hf"], f"general.name alias {models['Tiny-Coder']}")
+        r = srv.openai().completions.create(model="qwen-fim-tiny-hf", prompt="x", max_tokens=2)
+        check(r.usage.completion_tokens == 2, "generate on a found model by its alias")
+    finally:
+        srv.stop()
+    srv = start("ollama-dir", ["--models-dir", os.path.join(root, "ollama"), FIM_GGUF])
+    try:
+        names = sorted(m.model for m in srv.ollama().list().models)
+        check(names == ["coder:7b", "qwen-fim-tiny"], f"Ollama folder + a file: {names}")
+    finally:
+        srv.stop()
+    # a config adds models and overrides found ones of the same name
+    cfg = os.path.join(ts.ARGS.work_dir, "override.ini")
+    with open(cfg, "w") as f:
+        f.write(te_section("Tiny-Coder") + te_section("extra"))
+    srv = start("dir-config", ["--config", cfg, "--models-dir", os.path.join(root, "plain")])
+    try:
+        tags = {m.model: m.details.family for m in srv.ollama().list().models}
+        check(tags.get("Tiny-Coder") == "test" and "extra" in tags and "sub" in tags, f"config override {tags}")
+    finally:
+        srv.stop()
+
+
+def ts_start(srv, name, args):
+    """A Server without a config of its own: `serve ARGS`."""
+    import subprocess
+    srv.name = name
+    srv.dir = os.path.join(ts.ARGS.work_dir, name)
+    os.makedirs(srv.dir, exist_ok=True)
+    srv.log_path = os.path.join(srv.dir, "server.log")
+    srv.log = open(srv.log_path, "wb")
+    cmd = [ts.ARGS.switchyard, "serve", "--listen", "127.0.0.1:0", "--plugin-dir", ts.ARGS.plugin_dir,
+           "--resume-path", os.path.join(srv.dir, "resume"), *args]
+    srv.proc = subprocess.Popen(cmd, stdout=srv.log, stderr=subprocess.STDOUT)
+    srv.signalled = False
+    srv.port = None
+    deadline = time.time() + 30
+    while time.time() < deadline and srv.port is None:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", srv.log_text())
+        if m:
+            srv.port = int(m.group(1))
+        elif srv.proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if srv.port is None:
+        srv.proc.kill()
+        raise CheckFailed(f"server {name} did not start; its log:\n{srv.log_text()}")
+    srv.base = f"http://127.0.0.1:{srv.port}"
+    return srv
+
+
+TESTS = [t_ollama_version_and_listing, t_ollama_model_management, t_ollama_options, t_llama_server_extras,
+         t_openai_n_and_logit_bias, t_model_defaults, t_fim, t_x_api_key, t_serve_models_dir]
+
+
+def main():
+    global FIM_GGUF
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--switchyard", required=True)
+    ap.add_argument("--plugin-dir", required=True)
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
+        setattr(args, name, os.path.abspath(getattr(args, name)))
+    ts.ARGS = args
+    ts.FIXTURES = os.path.join(args.source_dir, "tests", "fixtures", "test-engine")
+    os.makedirs(args.work_dir, exist_ok=True)
+    FIM_GGUF = fim_model.build(args.source_dir, args.work_dir, args.switchyard)
+    failed = []
+    srv = Server("compat", main_config())
+    try:
+        for t in TESTS:
+            if args.only and t.__name__ not in args.only and t.__name__[2:] not in args.only:
+                continue
+            t0 = time.time()
+            try:
+                t(srv)
+                print(f"ok   {t.__name__[2:]} ({time.time() - t0:.1f} s)", flush=True)
+            except CheckFailed as e:
+                failed.append(t.__name__)
+                print(f"FAIL {t.__name__[2:]}: {e}", flush=True)
+            except Exception:
+                failed.append(t.__name__)
+                print(f"FAIL {t.__name__[2:]}: unexpected exception\n{traceback.format_exc()}", flush=True)
+    finally:
+        try:
+            srv.stop()
+        except CheckFailed as e:
+            failed.append("stop")
+            print(f"FAIL stop: {e}", flush=True)
+        if failed:
+            print("--- server log (tail) ---\n" + srv.log_text()[-6000:], flush=True)
+    print(f"{len(failed)} failed")
+    return min(len(failed), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
