@@ -547,8 +547,8 @@ static bool add_option(parse_ctx *c, sy_config_model *m, const char *key, const 
     return true;
 }
 
-/* An engine key of a model, kept as written until its plugin's options are known (sy_config_check_options). */
-/* defaults.KEY, set_params.KEY, strip_params: true when key is one of them (handled, or reported). */
+/* defaults.KEY and set_params.KEY: true when key is one of them (handled, or reported); strip_params is a model
+ * field, checked in check_models. */
 static bool add_request_param(parse_ctx *c, sy_config_model *m, const char *key, const char *value) {
     sy_request_param_kind kind;
     const char *name;
@@ -556,29 +556,9 @@ static bool add_request_param(parse_ctx *c, sy_config_model *m, const char *key,
         kind = SY_REQUEST_PARAM_DEFAULT, name = key + strlen(SY_CONFIG_DEFAULTS_PREFIX);
     else if (strncmp(key, SY_CONFIG_SET_PARAMS_PREFIX, strlen(SY_CONFIG_SET_PARAMS_PREFIX)) == 0)
         kind = SY_REQUEST_PARAM_SET, name = key + strlen(SY_CONFIG_SET_PARAMS_PREFIX);
-    else if (strcmp(key, SY_CONFIG_STRIP_PARAMS) == 0)
-        kind = SY_REQUEST_PARAM_STRIP, name = NULL;
     else
         return false;
     char why[512];
-    if (kind == SY_REQUEST_PARAM_STRIP) {
-        char *copy = sy_strdup(value);
-        for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-            while (is_blank(*item)) item++;
-            size_t n = strlen(item);
-            while (n > 0 && is_blank(item[n - 1])) item[--n] = '\0';
-            if (n == 0) continue;
-            if (!sy_request_param_type_of(item, NULL)) {
-                key_error(c, key, "'%.64s' is not a request setting (%s)", item, sy_request_param_names());
-                continue;
-            }
-            m->request_params = sy_xrealloc(m->request_params, (m->n_request_params + 1) * sizeof *m->request_params);
-            m->request_params[m->n_request_params++] =
-                (sy_config_request_param){kind, sy_strdup(item), NULL, c->lineno};
-        }
-        free(copy);
-        return true;
-    }
     if (!sy_request_param_check(name, value, why, sizeof why)) {
         key_error(c, key, "%s", why);
         return true;
@@ -596,6 +576,7 @@ static bool add_request_param(parse_ctx *c, sy_config_model *m, const char *key,
     return true;
 }
 
+/* An engine key of a model, kept as written until its plugin's options are known (sy_config_check_options). */
 static void add_raw_option(parse_ctx *c, sy_config_model *m, const char *written, const char *key, const char *value) {
     for (size_t i = 0; i < m->n_raw_options; i++) {
         const sy_config_raw_option *r = &m->raw_options[i];
@@ -1488,6 +1469,23 @@ static void check_models(parse_ctx *c) {
             diag(c, true, r->line, label, r->written,
                  "not a key of a process model (engine options belong to plugin models; a process takes its "
                  "options in cmd)");
+        }
+        /* strip_params is one list for both kinds: a process or peer model's proxy strips any field named, a
+         * plugin model's requests lose the request settings named (config/request_params.h), so there each name
+         * must be one. */
+        if (m->peer == NULL && !process) {
+            for (size_t j = 0; j < m->strip_params.count; j++) {
+                const char *item = m->strip_params.items[j];
+                if (!sy_request_param_type_of(item, NULL)) {
+                    diag(c, true, m->strip_params.lines[j], label, "strip_params",
+                         "'%.64s' is not a request setting (%s)", item, sy_request_param_names());
+                    continue;
+                }
+                m->request_params =
+                    sy_xrealloc(m->request_params, (m->n_request_params + 1) * sizeof *m->request_params);
+                m->request_params[m->n_request_params++] = (sy_config_request_param){
+                    SY_REQUEST_PARAM_STRIP, sy_strdup(item), NULL, m->strip_params.lines[j]};
+            }
         }
         if (m->peer != NULL) {
         } else if (process) {

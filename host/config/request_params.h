@@ -35,7 +35,6 @@ typedef struct sy_config_request_param {
 
 #define SY_CONFIG_DEFAULTS_PREFIX "defaults."
 #define SY_CONFIG_SET_PARAMS_PREFIX "set_params."
-#define SY_CONFIG_STRIP_PARAMS "strip_params"
 
 /* The type of a known key; false for an unknown one. */
 bool sy_request_param_type_of(const char *key, sy_request_param_type *type);
