@@ -1,5 +1,6 @@
 /* The Ollama-compatible API: /api/chat, /api/generate (NDJSON streaming by default), /api/tags, /api/show,
  * /api/ps, /api/version. */
+#include "api/chat_prompt.h"
 #include "api/ollama.h"
 
 #include <math.h>
@@ -355,7 +356,12 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     apply_keep_alive(r, m.name, keep_alive);
     if (chat) {
         size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
+        sy_api_chat_request cq = {.items = messages.items,
+                                  .n_items = messages.n,
+                                  .messages = cJSON_GetObjectItemCaseSensitive(body, "messages"),
+                                  .tools = cJSON_GetObjectItemCaseSensitive(body, "tools"),
+                                  .add_generation_prompt = true};
+        if (sy_api_render_chat_request(r, &m, &cq, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
     } else if (raw) {
         tokens = sy_api_tokenize_prompt(&m, prompt, strlen(prompt), false, &n_tokens, &e);

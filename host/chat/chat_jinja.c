@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 #define COMPILE_ARENA_LIMIT ((size_t)256 << 20)
 #define RENDER_ARENA_LIMIT ((size_t)512 << 20)

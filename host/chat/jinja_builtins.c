@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 #define SAFE_LEN(n) ((int)((n) > 100 ? 100 : (n)))
 

@@ -6,8 +6,8 @@
  * jinja_builtins.c  filters, tests, globals and the methods of str, dict and list, jinja2's sandbox rules
  * chat_jinja.c    the request (cJSON) -> variables, as transformers prepares them
  */
-#ifndef SY_HOST_CHAT_JINJA_INTERNAL_H
-#define SY_HOST_CHAT_JINJA_INTERNAL_H
+#ifndef SY_HOST_CHAT_CHAT_JINJA_INTERNAL_H
+#define SY_HOST_CHAT_CHAT_JINJA_INTERNAL_H
 
 #include <setjmp.h>
 #include <stdbool.h>
