@@ -550,7 +550,9 @@ void sy_api_ollama_show(sy_http_request *r) {
                   sy_api_acquire(r, cm->name, &m, &e) == 0;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
-    cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
+    char *template_text = lm ? sy_api_model_template_text(r, &m, false) : NULL; /* the one requests are rendered with */
+    cJSON_AddStringToObject(json, "template", template_text ? template_text : "");
+    free(template_text);
     cJSON_AddItemToObject(json, "details", details_json(&f, lm));
     cJSON *info = cJSON_AddObjectToObject(json, "model_info");
     if (lm) {
