@@ -3,7 +3,8 @@
  * results). Prints the compile time and the per-request render time (median, p99, in microseconds) of
  * sy_chat_jinja_apply on the compiled template (what a request costs: the serving path caches compiled
  * templates), and compile+render together. Built with the tests, not run by CTest:
- *   SY_SOURCE_DIR=. build/bin/chat_template_bench [renders, default 2000] [template file] */
+ *   SY_SOURCE_DIR=. build/bin/chat_template_bench [renders, default 2000] [template file] [request.json to write]
+ * (the request written out lets the reference render the same one: see docs/benchmarks.md) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,15 @@ int main(int argc, char **argv) {
     sy_buf_read(&src, f, (size_t)1 << 20);
     fclose(f);
     cJSON *req = build_request();
+    if (argc > 3) {
+        char *json = cJSON_Print(req);
+        FILE *o = fopen(argv[3], "wb");
+        if (o == NULL || fputs(json, o) < 0 || fclose(o) != 0) {
+            fprintf(stderr, "chat_template_bench: cannot write %s\n", argv[3]);
+            return 1;
+        }
+        free(json);
+    }
     char err[1024];
     size_t len = 0;
     double *t_apply = calloc((size_t)renders, sizeof *t_apply), *t_both = calloc((size_t)renders, sizeof *t_both);
