@@ -179,6 +179,8 @@ char *sy_chat_jinja_apply(const sy_chat_jinja *t, const cJSON *request, const sy
         }
     }
     char *text = NULL;
+    char stack_mark;
+    r->stack_base = &stack_mark;
     if (setjmp(r->fail) == 0) {
         jj_frame *builtins = jj_frame_new(r, NULL);
         jj_install_globals(r, builtins);

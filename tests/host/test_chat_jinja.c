@@ -250,6 +250,11 @@ static void sandbox_and_limits(void **state) {
                  "exceeds");
     expect_error("{% set s = range(100000) %}{% for i in s %}{% for j in s %}{% endfor %}{% endfor %}", NULL, "steps");
     expect_error("{{ x | no_such_filter }}", NULL, "No filter named 'no_such_filter'");
+    /* values nested deeper than any stack: printing and comparing them fail cleanly or stop */
+    expect_error("{% set ns = namespace(x=[]) %}{% for i in range(60000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                 NULL, "nests too deeply");
+    expect("{% set ns = namespace(x=[]) %}{% for i in range(60000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+           "{{ ns.x == ns.x }}", NULL, "True");
     expect_error("{% for x in [1] %}", NULL, "endfor");
 }
 
