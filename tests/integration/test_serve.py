@@ -871,6 +871,11 @@ def t_chat_templates(srv):
            "add_generation_prompt": True}
     out = subprocess.run([ARGS.switchyard, "chat-template", tpl], input=json.dumps(req).encode(), capture_output=True)
     check(out.returncode == 0 and out.stdout.decode() == want, f"chat-template verb: {out.returncode} {out.stdout!r} {out.stderr!r}")
+    # With tools, the model's named tool_use template (the test engine reports one through sy_model_info) is used
+    status, body = srv.json("POST", "/apply-template", {"model": "alpha", "messages": [{"role": "user", "content": "Hi"}],
+                                                        "tools": [{"type": "function", "function": {"name": "lookup"}}]})
+    want_tools = "<|im_start|>system\n# Tools: lookup<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    check(status == 200 and body.get("prompt") == want_tools, f"/apply-template with tools: {status} {body!r}")
     # A configured template file: tools, chat_template_kwargs and tool messages reach it; its refusal is a 400.
     path = os.path.join(ARGS.work_dir, "custom.jinja")
     with open(path, "w") as f:
