@@ -5,7 +5,10 @@
  *
  * The request is a cJSON tree, passed into the template as transformers passes its Python objects:
  *   {
- *     "messages": [                                     -> messages (as given; no key is added or dropped)
+ *     "messages": [                                     -> messages, prepared as transformers does: keys whose
+ *                                                          value is null dropped; a message with reasoning
+ *                                                          (reasoning_content, thinking or reasoning) gets it as
+ *                                                          both "thinking" and "reasoning_content"; the rest as given
  *       {"role": "system", "content": "..."},
  *       {"role": "user", "content": "..." | [{"type": "text", "text": "..."}, ...]},
  *       {"role": "assistant", "content": "..." | null, "reasoning_content": "...",
@@ -20,7 +23,9 @@
  *     "chat_template_kwargs": {"enable_thinking": false, "reasoning_effort": "low", ...}
  *                                                        -> each key a variable of its own (as **kwargs)
  *   }
- * Other top-level keys of the request (model, stream, temperature...) are not seen by the template.
+ * Other top-level keys of the request (model, stream, temperature...) are not seen by the template. Integral JSON
+ * numbers are ints, others floats (cJSON keeps no trace of "1.0", which Python would read as a float).
+ * strftime_now formats with C's strftime; case mapping (upper, lower, title, capitalize) covers ASCII only.
  *
  * Message contents are data: the template prints them, they are never parsed as template text.
  *
