@@ -1,5 +1,6 @@
 /* The Ollama-compatible API: /api/chat, /api/generate (NDJSON streaming by default), /api/tags, /api/show,
  * /api/ps, /api/version. */
+#include "api/chat_prompt.h"
 #include "api/ollama.h"
 
 #include <math.h>
@@ -426,7 +427,12 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     apply_keep_alive(r, m.name, keep_alive);
     if (chat) {
         size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
+        sy_api_chat_request cq = {.items = messages.items,
+                                  .n_items = messages.n,
+                                  .messages = cJSON_GetObjectItemCaseSensitive(body, "messages"),
+                                  .tools = cJSON_GetObjectItemCaseSensitive(body, "tools"),
+                                  .add_generation_prompt = true};
+        if (sy_api_render_chat_request(r, &m, &cq, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
     } else if (suffix != NULL && suffix[0] != '\0') {
         /* fill-in-the-middle (Ollama's insert capability): the prompt is the text before the cursor */
@@ -604,7 +610,9 @@ void sy_api_ollama_show(sy_http_request *r) {
     bool loaded = sy_api_acquire_loaded(r, cm->name, &m) == 0;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
-    cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
+    char *template_text = lm ? sy_api_model_template_text(r, &m, false) : NULL; /* the one requests are rendered with */
+    cJSON_AddStringToObject(json, "template", template_text ? template_text : "");
+    free(template_text);
     cJSON_AddItemToObject(json, "details", sy_api_model_details(cm, meta));
     /* the file's metadata; the chat template is under "template" */
     cJSON *info = meta ? meta : cJSON_CreateObject();

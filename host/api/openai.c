@@ -1,4 +1,5 @@
 /* The OpenAI-compatible API: /v1/chat/completions, /v1/completions (SSE streaming), /v1/models. */
+#include "api/chat_prompt.h"
 #include "api/openai.h"
 
 #include <math.h>
@@ -652,7 +653,16 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
     if (chat) {
         size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
+        /* the model's template sees the request's messages, tools and chat_template_kwargs (api/chat_prompt.h) */
+        sy_api_chat_request cq = {
+            .items = messages.items,
+            .n_items = messages.n,
+            .messages = cJSON_GetObjectItemCaseSensitive(body, "messages"),
+            .tools = cJSON_GetObjectItemCaseSensitive(body, "tools"),
+            .chat_template_kwargs = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs"),
+            .reasoning_effort = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort")),
+            .add_generation_prompt = true};
+        if (sy_api_render_chat_request(r, &m, &cq, &prompt_text, &len, &e) != 0) goto fail;
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
     } else if (suffix != NULL && suffix[0] != '\0') {

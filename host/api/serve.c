@@ -2,6 +2,7 @@
 #include "api/serve.h"
 #include "api/admin.h"
 #include "api/llama_server.h"
+#include "api/apply_template.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/proxy.h"
@@ -22,6 +23,7 @@ static const sy_http_route routes[] = {
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
     {POST, "/v1/completions", false, "/v1/completions", OPENAI, false, sy_api_openai_completions},
+    {POST, "/apply-template", false, "/apply-template", OPENAI, false, sy_api_apply_template},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},

@@ -56,6 +56,20 @@ static const char te_chat_template[] =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+#if SY_ABI_TARGET_MINOR >= 2
+/* A named template (ABI 1.2's n_chat_templates), which hosts choose for requests with tools: ChatML with the tools
+ * listed in a system turn. */
+static const char te_tool_use_template[] =
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools: ' + (tools | map(attribute='function.name') | join(', ')) + "
+    "'<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+static const char *const te_template_names[] = {"tool_use"};
+static const char *const te_template_texts[] = {te_tool_use_template};
+#endif
+
 static sy_status te_probe(const char *path) {
     if (path == NULL) return te_fail(SY_ERR_INVALID_ARGUMENT, "probe: path is NULL");
     FILE *f = fopen(path, "rb");
@@ -228,6 +242,9 @@ static sy_status te_model_info(const sy_model *model, sy_model_info *out) {
         .max_rollback = cfg->recurrent ? cfg->history : UINT32_MAX,
         .max_decode_tokens = cfg->max_decode_tokens,
         .capabilities = SY_CAP_ITEM_CANCEL,
+        .n_chat_templates = 1,
+        .chat_template_names = te_template_names,
+        .chat_template_texts = te_template_texts,
 #endif
     };
     te_copy_out(out, &info, sizeof info);
