@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "api/chat_output.h"
+#include "api/chat_tools.h"
 #include "api/constraint.h"
 #include "api/context.h"
 #include "api/generation.h"
@@ -28,12 +30,16 @@ typedef struct openai_request {
     char fingerprint[40];
     size_t text_offset;   /* completions logprobs: bytes of text so far */
     bool sent_first;      /* stream: the opening chunk went out */
+    sy_api_chat tools;    /* chat: tools, tool_choice, reasoning (api/chat_tools.h) */
+    sy_api_chat_output out; /* chat: the output as content, reasoning_content and tool_calls */
 } openai_request;
 
 static void openai_request_free(void *p) {
     openai_request *q = p;
     if (q == NULL) return;
     free(q->echo_text);
+    sy_api_chat_free(&q->tools);
+    sy_api_chat_output_free(&q->out);
     free(q);
 }
 
@@ -42,13 +48,8 @@ static void openai_request_free(void *p) {
 
 /* Refuse, by name, the features this server does not implement, rather than silently ignoring them. */
 static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
-    if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "tools", "tools (function calling) are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "functions");
-    if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "functions", "functions are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
+    /* Chat tools are api/chat_tools.c's. */
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
     if (cJSON_IsObject(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "logit_bias", "logit_bias is not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "suffix");
@@ -332,9 +333,9 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
             }
         }
         if (q->chat) {
-            cJSON *delta = cJSON_CreateObject();
-            cJSON_AddStringToObject(delta, "content", ev->text);
-            sse_choice(q, out, delta, NULL, lp, NULL);
+            sy_api_chat_output_feed(&q->out, ev->text, ev->text_len);
+            cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
+            if (delta != NULL || lp != NULL) sse_choice(q, out, delta, NULL, lp, NULL);
         } else {
             sse_choice(q, out, NULL, ev->text, lp, NULL);
         }
@@ -356,7 +357,14 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
         sy_buf_puts(out, "data: [DONE]\n\n");
         return;
     }
-    sse_choice(q, out, NULL, NULL, NULL, finish_reason(ev->finish_reason));
+    const char *reason = finish_reason(ev->finish_reason);
+    if (q->chat) {
+        sy_api_chat_output_finish(&q->out);
+        cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
+        if (delta != NULL) sse_choice(q, out, delta, NULL, NULL, NULL);
+        if (sy_api_chat_output_has_calls(&q->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
+    }
+    sse_choice(q, out, NULL, NULL, NULL, reason);
     if (q->include_usage) {
         cJSON *o = envelope(q, true);
         cJSON_AddArrayToObject(o, "choices");
@@ -409,17 +417,21 @@ static void respond_collected(sy_http_request *r, openai_request *q, sy_api_gen 
             cJSON *choices = cJSON_AddArrayToObject(o, "choices");
             cJSON *c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "index", 0);
+            const char *reason = finish_reason(ev->finish_reason);
             if (q->chat) {
                 cJSON *m = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddStringToObject(m, "content", text.data ? text.data : "");
+                sy_api_chat_output_feed(&q->out, text.data ? text.data : "", text.len);
+                sy_api_chat_output_finish(&q->out);
+                sy_api_chat_output_openai_message(&q->out, m);
                 cJSON_AddNullToObject(m, "refusal");
+                if (sy_api_chat_output_has_calls(&q->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
             } else {
                 cJSON_AddStringToObject(c, "text", text.data ? text.data : "");
             }
             if (lp) cJSON_AddItemToObject(c, "logprobs", lp), lp = NULL;
             else cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason", finish_reason(ev->finish_reason));
+            cJSON_AddStringToObject(c, "finish_reason", reason);
             cJSON_AddItemToArray(choices, c);
             cJSON_AddItemToObject(o, "usage", usage_json(&ev->usage));
             sy_http_respond_json(r, 200, o);
@@ -441,6 +453,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     cJSON *body = NULL;
     openai_request *q = sy_xcalloc(1, sizeof *q);
     q->chat = chat;
+    sy_api_chat_init(&q->tools);
     sy_api_messages messages;
     memset(&messages, 0, sizeof messages);
     sy_api_model m;
@@ -468,6 +481,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
             sy_api_fail(&e, 400, "invalid_value", "messages", "messages must hold at least one message");
             goto fail;
         }
+        if (sy_api_chat_from_openai(body, &q->tools, &e) != 0) goto fail;
     } else {
         if (parse_completion_prompt(body, &text, &tokens, &n_tokens, &e) != 0) goto fail;
     }
@@ -481,7 +495,8 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
     if (chat) {
         size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
+        if (sy_api_chat_prepare(r, &m, &q->tools, &params, &prompt_text, &len, &e) != 0) goto fail;
+        sy_api_chat_output_init(&q->out, &q->tools.parse, params.sampling.seed ^ (uint64_t)q->created);
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
     } else if (text != NULL) {

@@ -54,6 +54,8 @@ void sy_template_traits_detect(const char *j, sy_template_traits *t) {
     else if (has(j, "<function=") && has(j, "<|start_header_id|>")) f = SY_TOOL_FORMAT_FUNCTIONARY_3_1;
     else if (has(j, "<|start_header_id|>") && has(j, "tools")) f = SY_TOOL_FORMAT_LLAMA3;
     t->tool_format = f;
+    t->mistral_args = f == SY_TOOL_FORMAT_MISTRAL && has(j, "[ARGS]");
+    t->deepseek_r1 = f == SY_TOOL_FORMAT_DEEPSEEK && has(j, "```json");
     /* A template renders tools when it reads the variable (not just mentions the word in prose). */
     t->supports_tools = f != SY_TOOL_FORMAT_GENERIC &&
                         (has(j, "tools") || has(j, "tool_calls"));

@@ -56,6 +56,8 @@ typedef struct sy_template_traits {
     bool thinking;               /* the template has thinking blocks */
     bool thinking_levels;        /* reasoning effort levels (gpt-oss: low, medium, high) */
     const char *think_open, *think_close; /* the markers of a thinking block ("<think>", "</think>") */
+    bool mistral_args;           /* Mistral: name[ARGS]{...} (Small 3.2, Devstral) rather than a JSON list */
+    bool deepseek_r1;            /* DeepSeek: function<｜tool▁sep｜>name + a ```json block (R1) */
 } sy_template_traits;
 
 void sy_template_traits_detect(const char *jinja, sy_template_traits *out);

@@ -809,7 +809,7 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     }
 
     bool stopped = false;
-    if (!(flags & SY_TOKEN_CONTROL)) {
+    if (!(flags & SY_TOKEN_CONTROL) || g->params.special_text) {
         long n = sy_loaded_model_token_bytes(lm, token, &s->piece, &s->piece_cap);
         if (n > 0) sy_text_stream_feed(&g->utf8, s->piece, (size_t)n, held_sink, g);
         sy_buf_clear(&g->out);

@@ -49,6 +49,8 @@ typedef struct sy_gen_params {
     uint32_t top_logprobs;            /* 0..SY_GEN_MAX_TOP_LOGPROBS alternatives per token */
     bool logprobs;                    /* report the chosen token's log-probability */
     bool speculative;                 /* allow the model's drafter (when configured); default true */
+    bool special_text;                /* control tokens' text is output too (tool-call and channel markers that
+                                         are special tokens: gpt-oss, Kimi K2, DeepSeek); end tokens never are */
     /* Output constrained by a grammar. Such a generation is always sampled by the host. It ends with "stop" once
      * the grammar can take nothing more (or at an end-of-generation token where the grammar is complete), with
      * "length" at max_tokens, and with ERROR when a grammar step hits a resource limit. */
