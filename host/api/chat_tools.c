@@ -362,8 +362,15 @@ int sy_api_chat_from_ollama(const cJSON *body, sy_api_chat *c, sy_api_error *e) 
     }
     const cJSON *tools = obj_get(body, "tools");
     const cJSON *msgs = obj_get(body, "messages");
-    return sy_api_chat_set(c, cJSON_IsArray(msgs) ? cJSON_Duplicate(msgs, true) : NULL,
-                           absent(tools) ? NULL : cJSON_Duplicate(tools, true), e);
+    cJSON *copy = cJSON_IsArray(msgs) ? cJSON_Duplicate(msgs, true) : NULL;
+    /* Ollama's past thinking is the templates' reasoning_content. */
+    cJSON *msg;
+    cJSON_ArrayForEach(msg, copy) {
+        const cJSON *th = obj_get(msg, "thinking");
+        if (cJSON_IsString(th) && absent(obj_get(msg, "reasoning_content")))
+            cJSON_AddStringToObject(msg, "reasoning_content", th->valuestring);
+    }
+    return sy_api_chat_set(c, copy, absent(tools) ? NULL : cJSON_Duplicate(tools, true), e);
 }
 
 /* ---- the prompt ---------------------------------------------------------------------------------------------- */
@@ -395,7 +402,7 @@ static void generic_system_prompt(const sy_api_chat *c, sy_buf *b) {
     sy_buf_puts(b, must ? ": " : ", either ");
     sy_buf_puts(b, "{\"tool_calls\": [{\"name\": \"TOOL\", \"arguments\": {...}}]} to call ");
     sy_buf_puts(b, c->parallel ? "tools" : "one tool");
-    if (!must) sy_buf_puts(b, ", or {\"response\": \"TEXT\"} to answer the user");
+    if (!must) sy_buf_puts(b, ", or {\"response\": \"...\"} with your answer to the user");
     sy_buf_puts(b, ".");
 }
 
