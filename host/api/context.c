@@ -114,7 +114,20 @@ int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size) 
     int rc = 0;
     if (cfg != NULL && cfg->host.api_keys.count > 0) {
         const char *auth = sy_http_header(r, "Authorization");
-        if (auth == NULL) {
+        /* Anthropic's clients send the key as x-api-key. */
+        const char *x_key = auth == NULL ? sy_http_header(r, "x-api-key") : NULL;
+        if (x_key != NULL) {
+            size_t key_len = strlen(x_key);
+            bool ok = false;
+            for (size_t i = 0; i < cfg->host.api_keys.count; i++) {
+                const char *k = cfg->host.api_keys.items[i];
+                if (equal_constant_time(x_key, key_len, k, strlen(k))) ok = true;
+            }
+            if (!ok) {
+                snprintf(msg, msg_size, "the API key is not valid");
+                rc = -1;
+            }
+        } else if (auth == NULL) {
             snprintf(msg, msg_size, "an API key is required: send the header 'Authorization: Bearer KEY'");
             rc = -1;
         } else if (strncasecmp(auth, "Bearer ", 7) != 0) {

@@ -1,6 +1,7 @@
 /* See serve.h. The route labels are what /metrics reports per endpoint. */
 #include "api/serve.h"
 #include "api/admin.h"
+#include "api/anthropic.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/slots.h"
@@ -8,6 +9,7 @@
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
 #define OPENAI SY_API_STYLE_OPENAI
 #define OLLAMA SY_API_STYLE_OLLAMA
+#define ANTHROPIC SY_API_STYLE_ANTHROPIC
 
 static const sy_http_route routes[] = {
     {GET, "/", false, "/", OPENAI, true, sy_api_root},
@@ -20,6 +22,9 @@ static const sy_http_route routes[] = {
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
     {POST, "/v1/completions", false, "/v1/completions", OPENAI, false, sy_api_openai_completions},
+    {POST, "/v1/messages", false, "/v1/messages", ANTHROPIC, false, sy_api_anthropic_messages},
+    {POST, "/v1/messages/count_tokens", false, "/v1/messages/count_tokens", ANTHROPIC, false,
+     sy_api_anthropic_count_tokens},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},

@@ -49,6 +49,7 @@ struct sy_gen {
     sy_gen_params params;
     char *stop[SY_GEN_MAX_STOP_STRINGS]; /* owned copies; params.stop points at them */
     size_t stop_len[SY_GEN_MAX_STOP_STRINGS];
+    int stop_index; /* the stop string that matched, or -1 */
     sy_gen_callback callback;
     void *user;
 
@@ -248,6 +249,7 @@ static void emit_end(sy_gen *g, const char *finish_reason, const char *message) 
     memset(&ev, 0, sizeof ev);
     ev.token = -1;
     ev.usage = g->usage;
+    ev.stop_index = g->stop_index;
     if (message != NULL) {
         ev.type = SY_GEN_EVENT_ERROR;
         ev.message = message;
@@ -266,8 +268,9 @@ static void emit_end(sy_gen *g, const char *finish_reason, const char *message) 
 static void held_sink(void *user, const char *text, size_t len) { sy_buf_append(&((sy_gen *)user)->held, text, len); }
 
 /* Earliest complete stop string in the held text: its offset, or -1. */
-static long find_stop(const sy_gen *g) {
+static long find_stop(const sy_gen *g, int *which) {
     long best = -1;
+    *which = -1;
     for (size_t i = 0; i < g->params.n_stop; i++) {
         size_t n = g->stop_len[i];
         if (n == 0 || n > g->held.len) continue;
@@ -275,6 +278,7 @@ static long find_stop(const sy_gen *g) {
             if (best >= 0 && (long)at >= best) break;
             if (memcmp(g->held.data + at, g->stop[i], n) == 0) {
                 best = (long)at;
+                *which = (int)i;
                 break;
             }
         }
@@ -304,8 +308,10 @@ static size_t stop_prefix_tail(const sy_gen *g) {
 /* Moves what can be released from `held` to `out`. Returns true when a stop string matched (the text from the
  * match on is dropped). `final`: nothing more comes, so nothing needs holding. */
 static bool release_text(sy_gen *g, bool final) {
-    long stop_at = find_stop(g);
+    int which;
+    long stop_at = find_stop(g, &which);
     if (stop_at >= 0) {
+        g->stop_index = which;
         sy_buf_append(&g->out, g->held.data, (size_t)stop_at);
         sy_buf_clear(&g->held);
         return true;
@@ -443,6 +449,7 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     atomic_init(&g->refs, 2);
     atomic_init(&g->cancelled, 0);
     atomic_init(&g->finished, 0);
+    g->stop_index = -1;
     g->prompt = sy_xmalloc(n_prompt * sizeof *g->prompt);
     memcpy(g->prompt, prompt, n_prompt * sizeof *g->prompt);
     g->n_prompt = (uint32_t)n_prompt;

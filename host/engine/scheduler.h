@@ -97,6 +97,7 @@ typedef struct sy_gen_event {
     const char *finish_reason;  /* DONE: "stop" (end token or stop string), "length", "cancelled" */
     sy_gen_usage usage;         /* DONE and ERROR */
     const char *message;        /* ERROR */
+    int stop_index;             /* DONE: the stop string that ended it (its index among the non-empty ones), or -1 */
 } sy_gen_event;
 
 typedef void (*sy_gen_callback)(void *user, const sy_gen_event *event);
