@@ -8,6 +8,7 @@ int sy_cmd_tokenize(int argc, char **argv);
 int sy_cmd_bench(int argc, char **argv);
 int sy_cmd_quantize(int argc, char **argv);
 int sy_cmd_serve(int argc, char **argv);
+int sy_cmd_chat_template(int argc, char **argv);
 
 struct sy_loaded_model;
 struct sy_sampler_params;

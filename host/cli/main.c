@@ -22,13 +22,14 @@ static const verb verbs[] = {
     {"tokenize", sy_cmd_tokenize, "text on stdin -> token ids on stdout"},
     {"bench", sy_cmd_bench, "load time, first-token latency, prefill and decode tokens/s, memory"},
     {"quantize", sy_cmd_quantize, "write a GGUF file of a quantization type (Q4_K_M, Q8_0, ...) from GGUF or SafeTensors"},
+    {"chat-template", sy_cmd_chat_template, "a chat request (JSON on stdin) rendered through a Jinja chat template file"},
     {"serve", sy_cmd_serve, "HTTP server with the OpenAI and Ollama APIs over the configured models"},
 };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: switchyard <verb> [options]\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++)
-        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+        fprintf(out, "  %-13s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(out, "\n`switchyard <verb> --help` describes a verb's options. `switchyard --version` prints the version.\n");
 }
 
