@@ -8,6 +8,7 @@
 
 #include "api/context.h"
 #include "base/log.h"
+#include "chat/chat_jinja.h"
 #include "base/util.h"
 #include "grammar/sy_grammar.h"
 
@@ -135,6 +136,11 @@ static int check_history(cJSON *messages, sy_api_error *e) {
     cJSON_ArrayForEach(msg, messages) {
         const cJSON *role = obj_get(msg, "role");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
+        /* Templates concatenate and search contents: a null one (an assistant turn with only calls) is "". */
+        if (cJSON_IsObject(msg) && absent(obj_get(msg, "content"))) {
+            cJSON_DeleteItemFromObjectCaseSensitive(msg, "content");
+            cJSON_AddStringToObject(msg, "content", "");
+        }
         cJSON *tcs = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
         if (!absent(tcs)) {
             snprintf(field, sizeof field, "messages[%zu].tool_calls", i);
@@ -503,6 +509,155 @@ static int render_builtin(sy_http_request *r, const sy_api_model *m, sy_api_chat
     free(texts);
     free(items);
     return rc;
+}
+
+/* ---- Jinja ---------------------------------------------------------------------------------------------------- */
+
+#define SY_API_MAX_TEMPLATE_BYTES ((size_t)1 << 20)
+
+/* The model's Jinja template: the config's chat_template_file, else the model's own. NULL when the config
+ * names a built-in format (chat_template = chatml ...) or there is no template. */
+static char *jinja_source(const sy_api_model *m, sy_api_error *e, bool *failed) {
+    *failed = false;
+    if (m->lease != NULL && sy_model_lease_chat_template(m->lease) != NULL) return NULL;
+    const char *file = m->lease ? sy_model_lease_chat_template_file(m->lease) : NULL;
+    if (file != NULL) {
+        FILE *f = fopen(file, "rb");
+        sy_buf b;
+        sy_buf_init(&b);
+        bool ok = f != NULL && sy_buf_read(&b, f, SY_API_MAX_TEMPLATE_BYTES) && b.len <= SY_API_MAX_TEMPLATE_BYTES;
+        if (f) fclose(f);
+        if (!ok) {
+            sy_buf_free(&b);
+            *failed = true;
+            sy_api_fail(e, 500, "chat_template_error", NULL, "model %s: chat_template_file %s cannot be read", m->name,
+                        file);
+            return NULL;
+        }
+        return sy_buf_take(&b);
+    }
+    const char *own = m->lm->info.chat_template;
+    return own && own[0] ? sy_strdup(own) : NULL;
+}
+
+static void add_token_text(const sy_api_model *m, cJSON *req, const char *key, int32_t token) {
+    if (token < 0) return;
+    sy_buf b;
+    sy_buf_init(&b);
+    sy_api_token_text(m->lm, token, &b, NULL);
+    if (b.len > 0) cJSON_AddStringToObject(req, key, b.data);
+    sy_buf_free(&b);
+}
+
+/* Messages for a template that renders no tools: the generic format's instructions in the system message, past
+ * calls as the JSON the model was asked for, tool results as user turns (merged when several follow a call). */
+static cJSON *generic_messages(const sy_api_chat *c, bool describe) {
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *msg;
+    bool first = true;
+    cJSON *last_results = NULL;
+    cJSON_ArrayForEach(msg, c->messages) {
+        const char *role = cJSON_GetObjectItemCaseSensitive(msg, "role")->valuestring;
+        sy_buf tmp, b;
+        sy_buf_init(&tmp);
+        sy_buf_init(&b);
+        const char *content = content_text(msg, &tmp);
+        if (first && describe) {
+            sy_buf sys;
+            sy_buf_init(&sys);
+            if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
+                sy_buf_puts(&sys, content);
+                sy_buf_puts(&sys, "\n\n");
+            }
+            generic_system_prompt(c, &sys);
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", "system");
+            cJSON_AddStringToObject(m, "content", sys.data);
+            cJSON_AddItemToArray(out, m);
+            sy_buf_free(&sys);
+            first = false;
+            if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
+                sy_buf_free(&tmp);
+                continue;
+            }
+        }
+        first = false;
+        if (strcmp(role, "tool") == 0) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON *resp = cJSON_AddObjectToObject(o, "tool_response");
+            cJSON_AddItemToObject(resp, "name", cJSON_Duplicate(obj_get(msg, "name"), true));
+            cJSON_AddStringToObject(resp, "content", content);
+            char *s = print(o);
+            cJSON_Delete(o);
+            if (last_results != NULL) {
+                /* Several results in a row: one user turn. */
+                cJSON *prev = cJSON_GetObjectItemCaseSensitive(last_results, "content");
+                sy_buf_puts(&b, prev->valuestring);
+                sy_buf_puts(&b, "\n");
+                sy_buf_puts(&b, s);
+                cJSON_ReplaceItemInObjectCaseSensitive(last_results, "content", cJSON_CreateString(b.data));
+            } else {
+                last_results = cJSON_CreateObject();
+                cJSON_AddStringToObject(last_results, "role", "user");
+                cJSON_AddStringToObject(last_results, "content", s);
+                cJSON_AddItemToArray(out, last_results);
+            }
+            cJSON_free(s);
+        } else {
+            last_results = NULL;
+            sy_buf_puts(&b, content);
+            const cJSON *tcs = obj_get(msg, "tool_calls");
+            if (cJSON_IsArray(tcs) && cJSON_GetArraySize(tcs) > 0) {
+                if (b.len > 0) sy_buf_puts(&b, "\n");
+                generic_calls_text(tcs, &b);
+            }
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", role);
+            cJSON_AddStringToObject(m, "content", b.data ? b.data : "");
+            const cJSON *rc = obj_get(msg, "reasoning_content");
+            if (cJSON_IsString(rc)) cJSON_AddStringToObject(m, "reasoning_content", rc->valuestring);
+            cJSON_AddItemToArray(out, m);
+        }
+        sy_buf_free(&tmp);
+        sy_buf_free(&b);
+    }
+    return out;
+}
+
+/* Renders through the model's Jinja template. Returns 1 when there is none (the caller uses a built-in
+ * format), 0 with the text, -1 with e set. */
+static int render_jinja(const sy_api_model *m, sy_api_chat *c, char **text, size_t *len, sy_api_error *e) {
+    bool failed;
+    char *src = jinja_source(m, e, &failed);
+    if (failed) return -1;
+    if (src == NULL) return 1;
+    char err[600] = "";
+    sy_chat_jinja *t = sy_chat_jinja_compile(src, strlen(src), err, sizeof err);
+    free(src);
+    if (t == NULL) {
+        sy_log(SY_LOG_WARN, "model %s: its chat template does not compile (%s); using a built-in format", m->name, err);
+        return 1;
+    }
+    cJSON *req = cJSON_CreateObject();
+    bool native = c->traits.supports_tools;
+    if (native) {
+        cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(c->messages, true));
+        if (c->tools_active) cJSON_AddItemToObject(req, "tools", cJSON_Duplicate(c->tools, true));
+    } else {
+        cJSON_AddItemToObject(req, "messages", generic_messages(c, c->tools_active));
+    }
+    cJSON_AddBoolToObject(req, "add_generation_prompt", true);
+    add_token_text(m, req, "bos_token", m->lm->info.bos_token);
+    add_token_text(m, req, "eos_token", m->lm->info.eos_token);
+    cJSON *kw = c->kwargs ? cJSON_Duplicate(c->kwargs, true) : cJSON_CreateObject();
+    if (c->think >= 0 && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking") == NULL)
+        cJSON_AddBoolToObject(kw, "enable_thinking", c->think == 1);
+    cJSON_AddItemToObject(req, "chat_template_kwargs", kw);
+    *text = sy_chat_jinja_apply(t, req, NULL, len, err, sizeof err);
+    cJSON_Delete(req);
+    sy_chat_jinja_free(t);
+    if (*text == NULL) return sy_api_fail(e, 400, "invalid_messages", "messages", "%s", err);
+    return 0;
 }
 
 /* ---- grammars ------------------------------------------------------------------------------------------------ */
@@ -876,12 +1031,13 @@ static const char *model_template(const sy_api_model *m) { return m->lm->info.ch
 int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *c, sy_gen_params *p, char **text,
                         size_t *len, sy_api_error *e) {
     *text = NULL;
-    sy_template_traits_detect(model_template(m), &c->traits);
+    bool failed;
+    char *src = jinja_source(m, e, &failed);
+    if (failed) return -1;
+    sy_template_traits_detect(src ? src : model_template(m), &c->traits);
+    free(src);
     c->tools_active = c->tools != NULL && c->choice != SY_TOOL_CHOICE_NONE;
-    /* Until templates are rendered by Jinja, the built-in formats render the prompt: tools are then described in
-     * the generic format whatever the template teaches. */
-    c->traits.tool_format = SY_TOOL_FORMAT_GENERIC;
-    c->traits.supports_tools = false;
+    if (!c->traits.supports_tools) c->traits.tool_format = SY_TOOL_FORMAT_GENERIC;
     if (c->tools_active && p->constraint.grammar != NULL)
         return sy_api_fail(e, 400, "invalid_value", "response_format",
                            "response_format, grammar and json_schema cannot be combined with tools (unless "
@@ -893,7 +1049,15 @@ int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *
     c->parse.think_open = c->traits.think_open;
     c->parse.think_close = c->traits.think_close;
     c->parse.tools = c->tools;
-    if (render_builtin(r, m, c, text, len, e) != 0) return -1;
+    int rendered = render_jinja(m, c, text, len, e);
+    if (rendered < 0) return -1;
+    if (rendered > 0) {
+        /* A built-in format renders the prompt: tools are then described in the generic format. */
+        c->traits.tool_format = SY_TOOL_FORMAT_GENERIC;
+        c->traits.supports_tools = false;
+        c->parse.format = SY_TOOL_FORMAT_GENERIC;
+        if (render_builtin(r, m, c, text, len, e) != 0) return -1;
+    }
     /* A prompt that ends inside an open thinking block: the output starts in it. */
     size_t n = *len;
     while (n > 0 && (unsigned char)(*text)[n - 1] <= ' ') n--;
