@@ -1076,9 +1076,19 @@ int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *
     return 0;
 }
 
-void sy_api_template_capabilities(const char *jinja, cJSON *array) {
+void sy_api_template_capabilities(const char *jinja, const char *template_file, cJSON *array) {
+    char *file_text = NULL;
+    if (template_file != NULL) {
+        FILE *f = fopen(template_file, "rb");
+        sy_buf b;
+        sy_buf_init(&b);
+        if (f != NULL && sy_buf_read(&b, f, SY_API_MAX_TEMPLATE_BYTES)) file_text = sy_buf_take(&b);
+        else sy_buf_free(&b);
+        if (f) fclose(f);
+    }
     sy_template_traits t;
-    sy_template_traits_detect(jinja, &t);
+    sy_template_traits_detect(file_text ? file_text : jinja, &t);
+    free(file_text);
     /* Every model takes tools: templates without them get the generic format. */
     cJSON_AddItemToArray(array, cJSON_CreateString("tools"));
     if (t.thinking) cJSON_AddItemToArray(array, cJSON_CreateString("thinking"));

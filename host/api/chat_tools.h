@@ -73,8 +73,10 @@ int sy_api_chat_set(sy_api_chat *c, cJSON *messages, cJSON *tools, sy_api_error 
 int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *c, sy_gen_params *p, char **text,
                         size_t *len, sy_api_error *e);
 
-/* The capabilities a model's template gives ("tools", "thinking"), appended to an array (Ollama /api/show). */
-void sy_api_template_capabilities(const char *jinja, cJSON *array);
+/* The capabilities a model's template gives, appended to an array (Ollama /api/show): "tools" always (templates
+ * without tools get the generic format), "thinking" where the template (template_file when given, else jinja)
+ * has thinking blocks. Extend here as capabilities are added. */
+void sy_api_template_capabilities(const char *jinja, const char *template_file, cJSON *array);
 
 /* A call's arguments as a JSON value (an object; {} when they are not JSON). */
 cJSON *sy_api_tool_arguments(const sy_tool_call *call);

@@ -603,10 +603,14 @@ void sy_api_ollama_show(sy_http_request *r) {
     memset(&m, 0, sizeof m);
     bool loaded = state_of(sy_api_manager(srv), cm->name, NULL) == SY_MODEL_READY &&
                   sy_api_acquire(r, cm->name, &m, &e) == 0;
+    char *template_file = cm->chat_template_file ? sy_strdup(cm->chat_template_file) : NULL;
+    bool builtin_template = cm->chat_template != NULL;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
     cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
-    sy_api_template_capabilities(lm ? lm->info.chat_template : NULL, caps);
+    sy_api_template_capabilities(builtin_template ? NULL : lm ? lm->info.chat_template : NULL,
+                                 builtin_template ? NULL : template_file, caps);
+    free(template_file);
     cJSON_AddItemToObject(json, "details", details_json(&f, lm));
     cJSON *info = cJSON_AddObjectToObject(json, "model_info");
     if (lm) {

@@ -225,8 +225,19 @@ static void stream_diff(sy_tool_stream *s, sy_tool_delta_fn fn, void *user) {
     for (size_t i = 0; i < p->n_calls; i++) {
         sy_tool_call *c = &p->calls[i];
         if (i >= s->sent_calls) {
-            if (c->id != NULL) {
+            bool taken = false;
+            for (size_t k = 0; c->id != NULL && k < i; k++)
+                if (s->ids[k] != NULL && strcmp(s->ids[k], c->id) == 0) taken = true;
+            if (c->id != NULL && !taken) {
                 s->ids[i] = sy_strdup(c->id);
+            } else if (s->opts.format == SY_TOOL_FORMAT_MISTRAL) {
+                /* Mistral's templates take ids of 9 letters and digits only. */
+                static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+                uint64_t h = mix64(s->id_seed + 2 * i + 1);
+                char id[10];
+                for (int k = 0; k < 9; k++, h /= 62) id[k] = alnum[h % 62];
+                id[9] = '\0';
+                s->ids[i] = sy_strdup(id);
             } else {
                 char id[40];
                 uint64_t a = mix64(s->id_seed + 2 * i + 1), b = mix64(s->id_seed ^ (0x9e3779b97f4a7c15ull * (i + 1)));

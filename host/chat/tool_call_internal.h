@@ -64,7 +64,7 @@ int tc_json_value_end(const char *t, size_t len, size_t pos, size_t *end);
 int tc_json_string(const char *t, size_t len, size_t pos, size_t *end, sy_buf *dec);
 
 /* A call object {"name": ..., "arguments": {...}} at pos (keys: name|tool_name|function, arguments|parameters,
- * id|tool_call_id). Adds the call once its name is known. 1 complete, 0 partial, -1 invalid. */
+ * other keys skipped). Adds the call once its name is known. 1 complete, 0 partial, -1 invalid. */
 int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_parse *out, size_t *end);
 /* A JSON array of call objects. */
 int tc_call_array(const char *t, size_t len, size_t pos, bool final, sy_chat_parse *out, size_t *end);

@@ -265,11 +265,12 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
     if (i >= len) return 0;
     if (t[i] != '{') return -1;
     i++;
-    sy_buf name, key, id;
+    /* Ids inside call objects (Mistral Nemo's come after the arguments, Command R's are indices) are not kept:
+     * the stream names a call before they come, and they repeat across turns. */
+    sy_buf name, key;
     sy_buf_init(&name);
     sy_buf_init(&key);
-    sy_buf_init(&id);
-    bool have_name = false, have_id = false;
+    bool have_name = false;
     int args_state = -2;
     size_t args_s = 0, args_e = 0;
     int result;
@@ -328,14 +329,6 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
                 break;
             }
             args_e = ve;
-        } else if ((key_is(&key, "id") || key_is(&key, "tool_call_id")) && t[i] == '"' && !have_id) {
-            r = tc_json_string(t, len, i, &ve, &id);
-            if (r <= 0) {
-                sy_buf_clear(&id);
-                result = r;
-                break;
-            }
-            have_id = true;
         } else {
             r = tc_json_value_end(t, len, i, &ve);
             if (r <= 0) {
@@ -348,7 +341,6 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
     if (have_name && result >= 0) {
         sy_tool_call *c = tc_add_call(out, name.data ? name.data : "", name.len);
         if (c != NULL) {
-            if (have_id && id.len > 0) c->id = sy_buf_take(&id);
             if (args_state == 1 && t[args_s] == '"') {
                 size_t se;
                 tc_json_string(t, len, args_s, &se, &c->arguments); /* arguments sent as a JSON string */
@@ -364,7 +356,6 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
     }
     sy_buf_free(&name);
     sy_buf_free(&key);
-    sy_buf_free(&id);
     *end = i;
     return result;
 }
