@@ -801,6 +801,166 @@ static void reasoning_prefix(grammar_ctx *x) {
     }
 }
 
+/* Formats whose parameters are written one by one (XML tags, Python keywords): each parameter's value grammar,
+ * a text run for strings and the property's JSON Schema grammar otherwise, under the prefix t<i>p<j>-. */
+static bool param_formats(sy_tool_format f) {
+    return f == SY_TOOL_FORMAT_QWEN3_CODER || f == SY_TOOL_FORMAT_GLM4 || f == SY_TOOL_FORMAT_MINIMAX_M2 ||
+           f == SY_TOOL_FORMAT_LFM2;
+}
+
+static bool in_required(const cJSON *required, const char *key) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, required) if (cJSON_IsString(r) && strcmp(r->valuestring, key) == 0) return true;
+    return false;
+}
+
+static int param_call(grammar_ctx *x, size_t i, const cJSON *fn, sy_api_error *e) {
+    sy_buf *g = &x->g;
+    sy_tool_format f = x->c->parse.format;
+    const char *name = obj_get(fn, "name")->valuestring;
+    const cJSON *params = obj_get(fn, "parameters");
+    const cJSON *props = obj_get(params, "properties");
+    const cJSON *required = obj_get(params, "required");
+    sy_buf seq;
+    sy_buf_init(&seq);
+    size_t j = 0;
+    const cJSON *p;
+    sy_schema_options so = sy_schema_defaults();
+    cJSON_ArrayForEach(p, props) {
+        const char *key = p->string;
+        bool req = in_required(required, key);
+        const cJSON *type = obj_get(p, "type");
+        /* Strings between tags are raw text: an enum as its words, lengths as a bounded run; a pattern or a
+         * format is a JSON string (the parser reads a quoted value of a string parameter as JSON). */
+        bool raw = f != SY_TOOL_FORMAT_LFM2 && cJSON_IsString(type) && strcmp(type->valuestring, "string") == 0 &&
+                   obj_get(p, "const") == NULL && obj_get(p, "pattern") == NULL && obj_get(p, "format") == NULL;
+        const cJSON *en = obj_get(p, "enum");
+        const cJSON *mn = obj_get(p, "minLength"), *mx = obj_get(p, "maxLength");
+        bool enum_ok = cJSON_IsArray(en) && cJSON_GetArraySize(en) > 0;
+        const cJSON *ev;
+        cJSON_ArrayForEach(ev, en) if (!cJSON_IsString(ev)) enum_ok = false;
+        if (raw && en != NULL && !enum_ok) raw = false;
+        if (raw && enum_ok) {
+            sy_buf_printf(g, "t%zup%zu-root ::=", i, j);
+            size_t k = 0;
+            cJSON_ArrayForEach(ev, en) {
+                sy_buf_puts(g, k++ ? " | " : " ");
+                gbnf_literal(g, ev->valuestring);
+            }
+            sy_buf_puts(g, "\n");
+        } else if (raw && (cJSON_IsNumber(mn) || cJSON_IsNumber(mx))) {
+            double lo = cJSON_IsNumber(mn) ? mn->valuedouble : 0, hi = cJSON_IsNumber(mx) ? mx->valuedouble : -1;
+            if (lo < 0 || lo > SY_GRAMMAR_MAX_REPEAT || hi > SY_GRAMMAR_MAX_REPEAT || (hi >= 0 && hi < lo)) {
+                sy_buf_free(&seq);
+                return sy_api_fail(e, 400, "invalid_value", "tools", "tools[%zu].function.parameters.properties.%s: "
+                                   "minLength/maxLength out of range", i, key);
+            }
+            if (hi >= 0) sy_buf_printf(g, "t%zup%zu-root ::= [^<]{%.0f,%.0f}\n", i, j, lo, hi);
+            else sy_buf_printf(g, "t%zup%zu-root ::= [^<]{%.0f,}\n", i, j, lo);
+        } else if (raw) {
+            sy_buf_printf(g, "t%zup%zu-root ::= xml-text\n", i, j);
+        } else {
+            char *gbnf = NULL;
+            char err[512] = "";
+            if (sy_json_schema_to_gbnf(p, &so, &gbnf, err, sizeof err) != 0) {
+                sy_buf_free(&seq);
+                return sy_api_fail(e, 400, "invalid_value", "tools", "tools[%zu].function.parameters.properties.%s: %s",
+                                   i, key, err);
+            }
+            char prefix[48];
+            snprintf(prefix, sizeof prefix, "t%zup%zu-", i, j);
+            gbnf_prefixed(g, gbnf, prefix);
+            free(gbnf);
+        }
+        /* One parameter as the format writes it. */
+        sy_buf_printf(g, "param-%zu-%zu ::= ", i, j);
+        sy_buf lit;
+        sy_buf_init(&lit);
+        if (f == SY_TOOL_FORMAT_QWEN3_CODER) sy_buf_printf(&lit, "<parameter=%s>\n", key);
+        else if (f == SY_TOOL_FORMAT_GLM4) sy_buf_printf(&lit, "<arg_key>%s</arg_key>\n<arg_value>", key);
+        else if (f == SY_TOOL_FORMAT_MINIMAX_M2) sy_buf_printf(&lit, "<parameter name=\"%s\">", key);
+        else sy_buf_printf(&lit, "%s=", key);
+        gbnf_literal(g, lit.data);
+        sy_buf_printf(g, " t%zup%zu-root ", i, j);
+        sy_buf_clear(&lit);
+        if (f == SY_TOOL_FORMAT_QWEN3_CODER) sy_buf_puts(&lit, "\n</parameter>\n");
+        else if (f == SY_TOOL_FORMAT_GLM4) sy_buf_puts(&lit, "</arg_value>\n");
+        else if (f == SY_TOOL_FORMAT_MINIMAX_M2) sy_buf_puts(&lit, "</parameter>\n");
+        if (lit.len > 0) gbnf_literal(g, lit.data);
+        sy_buf_puts(g, "\n");
+        sy_buf_free(&lit);
+        /* Pythonic calls take the required keywords only (an optional one would need a comma before it). */
+        if (f == SY_TOOL_FORMAT_LFM2) {
+            if (req) sy_buf_printf(&seq, "%s param-%zu-%zu", seq.len ? " \", \"" : "", i, j);
+        } else {
+            sy_buf_printf(&seq, " param-%zu-%zu%s", i, j, req ? "" : "?");
+        }
+        j++;
+    }
+    const char *body = seq.len ? seq.data : " \"\"";
+    sy_buf lit;
+    sy_buf_init(&lit);
+    sy_buf_printf(g, "call-%zu ::= ", i);
+    if (f == SY_TOOL_FORMAT_QWEN3_CODER) {
+        sy_buf_printf(&lit, "<tool_call>\n<function=%s>\n", name);
+        gbnf_literal(g, lit.data);
+        sy_buf_printf(g, "%s \"</function>\\n</tool_call>\"\n", body);
+    } else if (f == SY_TOOL_FORMAT_GLM4) {
+        sy_buf_printf(&lit, "<tool_call>%s\n", name);
+        gbnf_literal(g, lit.data);
+        sy_buf_printf(g, "%s \"</tool_call>\"\n", body);
+    } else if (f == SY_TOOL_FORMAT_MINIMAX_M2) {
+        sy_buf_printf(&lit, "<invoke name=\"%s\">\n", name);
+        gbnf_literal(g, lit.data);
+        sy_buf_printf(g, "%s \"</invoke>\\n\"\n", body);
+    } else {
+        sy_buf_printf(&lit, "%s(", name);
+        gbnf_literal(g, lit.data);
+        sy_buf_printf(g, "%s \")\"\n", seq.len ? seq.data : "");
+    }
+    sy_buf_free(&lit);
+    sy_buf_free(&seq);
+    return 0;
+}
+
+static int param_grammar(grammar_ctx *x, bool lazy, sy_api_error *e) {
+    sy_buf *g = &x->g;
+    sy_tool_format f = x->c->parse.format;
+    sy_buf_puts(g, "xml-text ::= ([^<] | \"<\" [^/])*\n");
+    size_t i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, x->c->tools) {
+        if (param_call(x, i, obj_get(t, "function"), e) != 0) return -1;
+        i++;
+    }
+    const char *trigger;
+    if (f == SY_TOOL_FORMAT_QWEN3_CODER || f == SY_TOOL_FORMAT_GLM4) {
+        call_alternatives(x, "\n");
+        sy_buf_puts(g, "body ::= calls\n");
+        trigger = "<tool_call>";
+    } else if (f == SY_TOOL_FORMAT_MINIMAX_M2) {
+        call_alternatives(x, "");
+        sy_buf_puts(g, "body ::= \"<minimax:tool_call>\\n\" calls \"</minimax:tool_call>\"\n");
+        trigger = "<minimax:tool_call>";
+    } else {
+        call_alternatives(x, ", ");
+        sy_buf_puts(g, "body ::=");
+        marker(x, "<|tool_call_start|>");
+        sy_buf_puts(g, "\"[\" calls \"]\"");
+        marker(x, "<|tool_call_end|>");
+        sy_buf_puts(g, "\n");
+        trigger = "<|tool_call_start|>";
+    }
+    if (lazy) {
+        add_trigger(x, trigger);
+        sy_buf_puts(g, "root ::= body\n");
+    } else {
+        reasoning_prefix(x);
+        sy_buf_puts(g, "root ::= prefix body\n");
+    }
+    return 0;
+}
+
 /* The grammar of the format's calls (root), or -1 when this format's calls are not constrained. */
 static int format_grammar(grammar_ctx *x, bool lazy) {
     sy_buf *g = &x->g;
@@ -988,7 +1148,12 @@ static int build_grammar(sy_http_request *r, const sy_api_model *m, sy_api_chat 
     sy_buf_init(&x.g);
     p->constraint.n_trigger_words = 0;
     p->constraint.n_trigger_tokens = 0;
-    if (format_grammar(&x, lazy) != 0) {
+    if (param_formats(c->parse.format)) {
+        if (param_grammar(&x, lazy, e) != 0) {
+            sy_buf_free(&x.g);
+            return -1;
+        }
+    } else if (format_grammar(&x, lazy) != 0) {
         sy_buf_free(&x.g);
         p->constraint.n_trigger_words = p->constraint.n_trigger_tokens = 0;
         return 0;
@@ -998,6 +1163,7 @@ static int build_grammar(sy_http_request *r, const sy_api_model *m, sy_api_chat 
     const cJSON *t;
     sy_schema_options so = sy_schema_defaults();
     cJSON_ArrayForEach(t, c->tools) {
+        if (param_formats(c->parse.format)) break;
         const cJSON *params = obj_get(obj_get(t, "function"), "parameters");
         char *gbnf = NULL;
         char err[512] = "";

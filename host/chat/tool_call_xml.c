@@ -35,8 +35,14 @@ void tc_append_param(const sy_chat_parse_options *o, const char *tool, sy_buf *a
     tc_json_quote(args, key, key_len);
     sy_buf_puts(args, ":");
     const char *type = param_type(o, tool, key, key_len);
-    if (type == NULL || strcmp(type, "string") != 0) {
+    bool is_string = type != NULL && strcmp(type, "string") == 0;
+    /* A string parameter keeps its text, unless the text is a JSON string (constrained by a pattern or format). */
+    if (!is_string || (value_len >= 2 && value[0] == '"')) {
         cJSON *v = cJSON_ParseWithLength(value, value_len);
+        if (v != NULL && is_string && !cJSON_IsString(v)) {
+            cJSON_Delete(v);
+            v = NULL;
+        }
         if (v != NULL) {
             char *s = cJSON_PrintUnformatted(v);
             cJSON_Delete(v);
@@ -278,6 +284,24 @@ static int py_value(const char *t, size_t len, size_t pos, size_t *end, sy_buf *
                     return 0;
                 }
                 char e = t[k + 1];
+                if (e == 'u') {
+                    /* A JSON \uXXXX (the grammar writes JSON strings): decoded by the JSON reader. */
+                    size_t je;
+                    sy_buf one;
+                    sy_buf_init(&one);
+                    char tmp[16] = "\"\\u";
+                    if (k + 6 > len) {
+                        sy_buf_free(&one);
+                        sy_buf_free(&s);
+                        return 0;
+                    }
+                    memcpy(tmp + 3, t + k + 2, 4);
+                    tmp[7] = '"';
+                    if (tc_json_string(tmp, 8, 0, &je, &one) == 1) sy_buf_append(&s, one.data, one.len);
+                    sy_buf_free(&one);
+                    k += 6;
+                    continue;
+                }
                 char m = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
                 sy_buf_append(&s, &m, 1);
                 k += 2;
@@ -336,9 +360,11 @@ static int py_value(const char *t, size_t len, size_t pos, size_t *end, sy_buf *
     while (i < len && ident_char(t[i])) i++;
     if (i >= len) return 0;
     size_t n = i - s;
-    if (n == 4 && memcmp(t + s, "True", 4) == 0) sy_buf_puts(js, "true");
-    else if (n == 5 && memcmp(t + s, "False", 5) == 0) sy_buf_puts(js, "false");
-    else if (n == 4 && memcmp(t + s, "None", 4) == 0) sy_buf_puts(js, "null");
+    if ((n == 4 && memcmp(t + s, "True", 4) == 0) || (n == 4 && memcmp(t + s, "true", 4) == 0)) sy_buf_puts(js, "true");
+    else if ((n == 5 && memcmp(t + s, "False", 5) == 0) || (n == 5 && memcmp(t + s, "false", 5) == 0))
+        sy_buf_puts(js, "false");
+    else if ((n == 4 && memcmp(t + s, "None", 4) == 0) || (n == 4 && memcmp(t + s, "null", 4) == 0))
+        sy_buf_puts(js, "null");
     else {
         cJSON *v = cJSON_ParseWithLength(t + s, n);
         bool num = v != NULL && cJSON_IsNumber(v);
