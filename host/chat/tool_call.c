@@ -145,6 +145,7 @@ static size_t split_reasoning(const sy_chat_parse_options *o, const char *t, siz
     size_t pos = tc_skip_ws(t, len, 0);
     bool inside = o->reasoning_open;
     if (inside && tc_starts(t, len, pos, open)) pos += strlen(open); /* a model that opens it again */
+    else if (inside && !final && len - pos < strlen(open) && memcmp(t + pos, open, len - pos) == 0) return len;
     if (!inside) {
         if (tc_starts(t, len, pos, open)) {
             inside = true;
