@@ -82,7 +82,10 @@ static int scan_string(const char *t, size_t len, size_t i, size_t *end) {
             *end = i + 1;
             return 1;
         }
-        if (c < 0x20) return -1;
+        if (c < 0x20) {
+            *end = i;
+            return -1;
+        }
         i++;
     }
     return 0;
@@ -107,20 +110,28 @@ int tc_json_value_end(const char *t, size_t len, size_t pos, size_t *end) {
     size_t depth = 0;
     size_t i = tc_skip_ws(t, len, pos);
     if (i >= len) return 0;
+    /* On -1, *end is where the text stopped being JSON: never before what a shorter text reported as partial. */
     for (;;) {
         if (i >= len) return 0;
         char c = t[i];
         bool value_done = false;
         if (c == '"') {
             int r = scan_string(t, len, i, &i);
+            if (r < 0) *end = i;
             if (r <= 0) return r;
             value_done = true;
         } else if (c == '{' || c == '[') {
-            if (depth >= TC_MAX_DEPTH) return -1;
+            if (depth >= TC_MAX_DEPTH) {
+                *end = i;
+                return -1;
+            }
             stack[depth++] = c == '{' ? '}' : ']';
             i++;
         } else if (c == '}' || c == ']') {
-            if (depth == 0 || stack[depth - 1] != c) return -1;
+            if (depth == 0 || stack[depth - 1] != c) {
+                *end = i;
+                return -1;
+            }
             depth--;
             i++;
             value_done = true;
@@ -128,11 +139,15 @@ int tc_json_value_end(const char *t, size_t len, size_t pos, size_t *end) {
             size_t s = i;
             while (i < len && prim_char(t[i])) i++;
             if (i >= len) return 0;
-            if (!valid_primitive(t + s, i - s)) return -1;
+            if (!valid_primitive(t + s, i - s)) {
+                *end = i;
+                return -1;
+            }
             value_done = true;
         } else if (depth > 0 && (c == ',' || c == ':' || c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
             i++;
         } else {
+            *end = i;
             return -1;
         }
         if (value_done && depth == 0) {
@@ -272,7 +287,7 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
     sy_buf_init(&key);
     bool have_name = false;
     int args_state = -2;
-    size_t args_s = 0, args_e = 0;
+    size_t args_s = 0, args_e = 0, fail_at = 0;
     int result;
     for (;;) {
         i = tc_skip_ws(t, len, i);
@@ -325,6 +340,7 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
             r = tc_json_value_end(t, len, i, &ve);
             args_state = r;
             if (r <= 0) {
+                if (r < 0) fail_at = ve;
                 result = r;
                 break;
             }
@@ -338,10 +354,15 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
         }
         i = ve;
     }
-    if (have_name && result >= 0) {
+    if (result < 0 && fail_at < i) fail_at = i;
+    /* A call whose name was seen stays a call when the text breaks later (the stream already sent it): its
+     * arguments are what was read before the break, and the text from the break on is not part of it. */
+    if (have_name) {
         sy_tool_call *c = tc_add_call(out, name.data ? name.data : "", name.len);
         if (c != NULL) {
-            if (args_state == 1 && t[args_s] == '"') {
+            if (args_state == -1) {
+                sy_buf_append(&c->arguments, t + args_s, fail_at - args_s);
+            } else if (args_state == 1 && t[args_s] == '"') {
                 size_t se;
                 tc_json_string(t, len, args_s, &se, &c->arguments); /* arguments sent as a JSON string */
             } else if (args_state == 1) {
@@ -351,12 +372,12 @@ int tc_call_object(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
             } else if (args_state == -2 && result == 1) {
                 sy_buf_puts(&c->arguments, "{}");
             }
-            c->complete = result == 1;
+            c->complete = result != 0;
         }
     }
     sy_buf_free(&name);
     sy_buf_free(&key);
-    *end = i;
+    *end = result < 0 ? fail_at : i;
     return result;
 }
 
@@ -376,8 +397,9 @@ int tc_call_array(const char *t, size_t len, size_t pos, bool final, sy_chat_par
             i++;
             continue;
         }
-        size_t e;
+        size_t e = i;
         int r = tc_call_object(t, len, i, final, out, &e);
+        if (r < 0) *end = e;
         if (r <= 0) return r;
         i = e;
     }
@@ -391,21 +413,28 @@ int tc_call_json_args(const char *name, size_t name_len, const char *t, size_t l
         tc_add_call(out, name, name_len);
         return 0;
     }
-    if (t[i] != '{') return -1;
-    size_t e;
-    int r = tc_json_value_end(t, len, i, &e);
-    if (r < 0) return -1;
+    size_t e = i;
+    int r = t[i] == '{' ? tc_json_value_end(t, len, i, &e) : -1;
     sy_tool_call *c = tc_add_call(out, name, name_len);
     if (c == NULL) return r;
-    sy_buf_append(&c->arguments, t + i, (r == 1 ? e : len) - i);
-    c->complete = r == 1;
-    if (r == 1) *end = e;
+    /* Broken arguments: the call keeps what was read before the break ({} when nothing was). */
+    if (r < 0 && e == i) sy_buf_puts(&c->arguments, "{}");
+    else sy_buf_append(&c->arguments, t + i, (r == 0 ? len : e) - i);
+    c->complete = r != 0;
+    if (r != 0) *end = e;
     return r;
 }
 
 /* Text that looked like a call but is not one, from `from` on, is content. */
 static void rest_is_content(const char *t, size_t len, size_t from, sy_chat_parse *out) {
-    sy_buf_append(&out->content, t + from, len - from);
+    if (from < len) sy_buf_append(&out->content, t + from, len - from);
+}
+
+/* After a call that broke at `at`: a call was made (the rest is content, parsing ends: true), or none was. */
+static bool broke_after_call(const char *t, size_t len, size_t at, size_t calls_before, sy_chat_parse *out) {
+    if (out->n_calls <= calls_before) return false;
+    rest_is_content(t, len, at, out);
+    return true;
 }
 
 /* ---- generic ------------------------------------------------------------------------------------------------- */
@@ -454,11 +483,11 @@ void tc_body_generic(const sy_chat_parse_options *o, const char *t, size_t len, 
         if (is_resp) {
             r = tc_json_string(t, len, i, &ve, &out->content);
             if (r <= 0) break;
-        } else if (is_call) {
-            r = tc_call_object(t, len, i, final, out, &ve);
-            if (r <= 0) break;
         } else {
-            r = tc_call_array(t, len, i, final, out, &ve);
+            size_t before = out->n_calls;
+            ve = i;
+            r = is_call ? tc_call_object(t, len, i, final, out, &ve) : tc_call_array(t, len, i, final, out, &ve);
+            if (r < 0) broke_after_call(t, len, ve, before, out);
             if (r <= 0) break;
         }
         i = ve;
@@ -485,7 +514,7 @@ static void wrapped_calls(const sy_chat_parse_options *o, const char *t, size_t 
         int r = body(o, t, len, i, final, out, &e);
         if (r == 0) return;
         if (r < 0) {
-            if (out->n_calls > calls_before) return; /* a call began: what follows its break is lost to it */
+            if (broke_after_call(t, len, e, calls_before, out)) return;
             sy_buf_append(&out->content, t + at, i - at);
             pos = i;
             continue;
@@ -545,10 +574,11 @@ void tc_body_command_r(const sy_chat_parse_options *o, const char *t, size_t len
             pos = i;
             continue;
         }
-        size_t e = 0;
+        size_t e = i, before = out->n_calls;
         int r = body_array_or_object(o, t, len, i, final, out, &e);
         if (r == 0) return;
         if (r < 0) {
+            if (broke_after_call(t, len, e, before, out)) return;
             sy_buf_append(&out->content, t + at, i - at);
             pos = i;
             continue;
@@ -576,8 +606,9 @@ void tc_body_minimax_m1(const sy_chat_parse_options *o, const char *t, size_t le
                 break;
             }
             if (!final && tc_maybe(t, len, i, "</tool_calls>")) return;
-            size_t e;
+            size_t e = i, before = out->n_calls;
             int r = t[i] == '[' ? tc_call_array(t, len, i, final, out, &e) : tc_call_object(t, len, i, final, out, &e);
+            if (r < 0 && !broke_after_call(t, len, e, before, out)) rest_is_content(t, len, i, out);
             if (r <= 0) return;
             i = e;
         }
@@ -599,9 +630,10 @@ void tc_body_llama3(const sy_chat_parse_options *o, const char *t, size_t len, s
     if (tc_starts(t, len, i, "<|python_tag|>")) {
         i = tc_skip_ws(t, len, i + strlen("<|python_tag|>"));
         if (i >= len) return;
-        size_t e;
+        size_t e = i;
         int r = t[i] == '{' ? tc_call_object(t, len, i, final, out, &e) : tc_python_call(t, len, i, final, out, &e, true);
         if (r < 0 && out->n_calls == 0) rest_is_content(t, len, pos, out);
+        else if (r < 0) rest_is_content(t, len, e, out);
         else if (r == 1) rest_is_content(t, len, tc_skip_ws(t, len, e), out);
         return;
     }
@@ -619,6 +651,7 @@ void tc_body_llama3(const sy_chat_parse_options *o, const char *t, size_t len, s
             rest_is_content(t, len, before == 0 ? pos : i, out);
             return;
         }
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         i = tc_skip_ws(t, len, e);
         if (i < len && t[i] == ';') i = tc_skip_ws(t, len, i + 1);
@@ -643,7 +676,11 @@ void tc_body_mistral(const sy_chat_parse_options *o, const char *t, size_t len, 
         if (i >= len) return;
         size_t e;
         if (t[i] == '[') {
-            if (tc_call_array(t, len, i, final, out, &e) <= 0) return;
+            e = i;
+            size_t before = out->n_calls;
+            int r = tc_call_array(t, len, i, final, out, &e);
+            if (r < 0) broke_after_call(t, len, e, before, out);
+            if (r <= 0) return;
             pos = e;
             continue;
         }
@@ -665,6 +702,7 @@ void tc_body_mistral(const sy_chat_parse_options *o, const char *t, size_t len, 
             memcpy(c->id, t + s, n);
             c->id[n] = '\0';
         }
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         pos = e;
     }
@@ -718,6 +756,7 @@ void tc_body_deepseek(const sy_chat_parse_options *o, const char *t, size_t len,
         while (name_len > 0 && (name[name_len - 1] == ' ' || name[name_len - 1] == '\r')) name_len--;
         size_t e = len;
         int r = tc_call_json_args(name, name_len, t, len, a, final, out, &e);
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         i = tc_skip_ws(t, len, e);
         if (fenced) {
@@ -765,6 +804,7 @@ void tc_body_functionary31(const sy_chat_parse_options *o, const char *t, size_t
         if (gt == (size_t)-1) return;
         size_t e = len;
         int r = tc_call_json_args(t + i, gt - i, t, len, gt + 1, final, out, &e);
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         i = tc_skip_ws(t, len, e);
         if (tc_starts(t, len, i, "</function>")) i += strlen("</function>");
@@ -805,6 +845,7 @@ void tc_body_functionary32(const sy_chat_parse_options *o, const char *t, size_t
         }
         size_t e = len;
         int r = tc_call_json_args(name, name_len, t, len, i, final, out, &e);
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         i = tc_skip_ws(t, len, e);
         if (!tc_starts(t, len, i, ">>>")) {
@@ -858,6 +899,7 @@ void tc_body_kimi(const sy_chat_parse_options *o, const char *t, size_t len, siz
             memcpy(c->id, t + id_s, id_e - id_s);
             c->id[id_e - id_s] = '\0';
         }
+        if (r < 0) rest_is_content(t, len, e, out);
         if (r <= 0) return;
         i = tc_skip_ws(t, len, e);
         if (tc_starts(t, len, i, "<|tool_call_end|>")) i += strlen("<|tool_call_end|>");

@@ -148,7 +148,8 @@ void tc_body_glm4(const sy_chat_parse_options *o, const char *t, size_t len, siz
         size_t ne = i;
         while (ne < len && t[ne] != '\n' && t[ne] != '<') ne++;
         if (ne >= len) return;
-        size_t ns = tc_skip_ws(t, len, i), nend = ne;
+        size_t ns = i, nend = ne;
+        while (ns < ne && (t[ns] == ' ' || t[ns] == '\t' || t[ns] == '\r')) ns++;
         while (nend > ns && t[nend - 1] == ' ') nend--;
         sy_tool_call *c = tc_add_call(out, t + ns, nend - ns);
         if (c == NULL) return;
@@ -411,7 +412,7 @@ int tc_python_call(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
         size_t ke = i;
         i = tc_skip_ws(t, len, i);
         if (i >= len) return 0;
-        if (t[i] != '=' || ke == ks) return -1;
+        if (t[i] != '=' || ke == ks) goto broken;
         sy_buf v;
         sy_buf_init(&v);
         size_t e;
@@ -423,6 +424,7 @@ int tc_python_call(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
         }
         if (r <= 0) {
             sy_buf_free(&v);
+            if (r < 0) goto broken;
             return r;
         }
         if (c->arguments.len > 1) sy_buf_puts(&c->arguments, ",");
@@ -432,6 +434,12 @@ int tc_python_call(const char *t, size_t len, size_t pos, bool final, sy_chat_pa
         sy_buf_free(&v);
         i = e;
     }
+broken:
+    /* The call was announced: it ends here with the parameters read so far; the rest is not part of it. */
+    sy_buf_puts(&c->arguments, "}");
+    c->complete = true;
+    *end = i;
+    return -1;
 }
 
 void tc_body_lfm2(const sy_chat_parse_options *o, const char *t, size_t len, size_t pos, bool final,
@@ -456,8 +464,9 @@ void tc_body_lfm2(const sy_chat_parse_options *o, const char *t, size_t len, siz
                 i++;
                 continue;
             }
-            size_t e;
+            size_t e = i;
             int r = tc_python_call(t, len, i, final, out, &e, false);
+            if (r < 0 && e < len) sy_buf_append(&out->content, t + e, len - e);
             if (r <= 0) return;
             i = e;
             if (!list) break;
@@ -480,24 +489,23 @@ void tc_parse_harmony(const sy_chat_parse_options *o, const char *t, size_t len,
     for (;;) {
         i = tc_skip_ws(t, len, i);
         if (i >= len) return;
-        if (tc_starts(t, len, i, "<|start|>")) {
-            i += strlen("<|start|>");
+        if (tc_starts(t, len, i, "<|start|>")) i += strlen("<|start|>");
+        else if (!final && maybe(t, len, i, "<|start|>")) return;
+        if (tc_starts(t, len, i, "assistant")) i += strlen("assistant");
+        else if (!final && maybe(t, len, i, "assistant")) return;
+        /* A header begins with the channel or the recipient; anything else is plain text to the end. */
+        bool header = tc_starts(t, len, i, "<|channel|>") || tc_starts(t, len, i, " to=") ||
+                      tc_starts(t, len, i, "to=");
+        if (!header) {
+            if (!final && (maybe(t, len, i, "<|channel|>") || maybe(t, len, i, " to=") || maybe(t, len, i, "to=")))
+                return;
+            sy_buf_append(&out->content, t + i, len - i);
+            return;
         }
         size_t msg = tc_find(t, len, i, "<|message|>");
         if (msg == (size_t)-1) {
-            /* A header still coming, or plain text without channels. */
-            if (tc_find(t, len, i, "<|channel|>") != (size_t)-1 || !final) {
-                if (!final) {
-                    size_t ch = tc_find(t, len, i, "<|channel|>");
-                    bool header_like = ch != (size_t)-1 || maybe(t, len, i, "<|channel|>") || maybe(t, len, i, "<|start|>") ||
-                                       tc_starts(t, len, i, "assistant") || maybe(t, len, i, "assistant");
-                    if (header_like) return;
-                    tc_content_until(t, len, i, ends, 4, false, out, NULL);
-                    return;
-                }
-                return;
-            }
-            sy_buf_append(&out->content, t + i, len - i);
+            /* The header is still coming; at the end, a header without a message is text. */
+            if (final) sy_buf_append(&out->content, t + i, len - i);
             return;
         }
         const char *h = t + i;
