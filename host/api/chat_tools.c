@@ -136,10 +136,21 @@ static int check_history(cJSON *messages, sy_api_error *e) {
     cJSON_ArrayForEach(msg, messages) {
         const cJSON *role = obj_get(msg, "role");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
-        /* Templates concatenate and search contents: a null one (an assistant turn with only calls) is "". */
+        /* Templates concatenate and search contents: a null one (an assistant turn with only calls) is "", and
+         * text parts are joined into one string (sy_api_parse_messages refused any other kind). */
         if (cJSON_IsObject(msg) && absent(obj_get(msg, "content"))) {
             cJSON_DeleteItemFromObjectCaseSensitive(msg, "content");
             cJSON_AddStringToObject(msg, "content", "");
+        } else if (cJSON_IsObject(msg) && cJSON_IsArray(obj_get(msg, "content"))) {
+            sy_buf joined;
+            sy_buf_init(&joined);
+            const cJSON *part;
+            cJSON_ArrayForEach(part, obj_get(msg, "content")) {
+                const cJSON *text = obj_get(part, "text");
+                if (cJSON_IsString(text)) sy_buf_puts(&joined, text->valuestring);
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateString(joined.data ? joined.data : ""));
+            sy_buf_free(&joined);
         }
         cJSON *tcs = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
         if (!absent(tcs)) {
