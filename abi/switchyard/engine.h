@@ -85,6 +85,14 @@ typedef struct sy_model_info {
     uint32_t max_rollback;      /* most tokens seq_truncate can drop from a sequence's end; UINT32_MAX: any */
     uint32_t max_decode_tokens; /* most tokens of one decode call, all items together; 0: no limit */
     uint32_t capabilities;      /* SY_CAP_* */
+    /* (since 1.2) The model's named chat templates besides chat_template, such as "tool_use": GGUF
+     * tokenizer.chat_template.NAME keys, the entries of a tokenizer_config.json chat_template list (chat_template
+     * then holds the "default" one). n_chat_templates names and texts in parallel, owned by the model, valid until
+     * unload; 0 and NULL when there are none. A plugin built before these fields leaves them out (struct_size), and
+     * the host sees no named templates. */
+    uint32_t n_chat_templates;
+    const char *const *chat_template_names;
+    const char *const *chat_template_texts;
 #endif
 } sy_model_info;
 

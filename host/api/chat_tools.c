@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/chat_prompt.h"
 #include "api/context.h"
 #include "base/log.h"
-#include "chat/chat_jinja.h"
 #include "base/util.h"
 #include "grammar/sy_grammar.h"
 
@@ -526,40 +526,6 @@ static int render_builtin(sy_http_request *r, const sy_api_model *m, sy_api_chat
 
 #define SY_API_MAX_TEMPLATE_BYTES ((size_t)1 << 20)
 
-/* The model's Jinja template: the config's chat_template_file, else the model's own. NULL when the config
- * names a built-in format (chat_template = chatml ...) or there is no template. */
-static char *jinja_source(const sy_api_model *m, sy_api_error *e, bool *failed) {
-    *failed = false;
-    if (m->lease != NULL && sy_model_lease_chat_template(m->lease) != NULL) return NULL;
-    const char *file = m->lease ? sy_model_lease_chat_template_file(m->lease) : NULL;
-    if (file != NULL) {
-        FILE *f = fopen(file, "rb");
-        sy_buf b;
-        sy_buf_init(&b);
-        bool ok = f != NULL && sy_buf_read(&b, f, SY_API_MAX_TEMPLATE_BYTES) && b.len <= SY_API_MAX_TEMPLATE_BYTES;
-        if (f) fclose(f);
-        if (!ok) {
-            sy_buf_free(&b);
-            *failed = true;
-            sy_api_fail(e, 500, "chat_template_error", NULL, "model %s: chat_template_file %s cannot be read", m->name,
-                        file);
-            return NULL;
-        }
-        return sy_buf_take(&b);
-    }
-    const char *own = m->lm->info.chat_template;
-    return own && own[0] ? sy_strdup(own) : NULL;
-}
-
-static void add_token_text(const sy_api_model *m, cJSON *req, const char *key, int32_t token) {
-    if (token < 0) return;
-    sy_buf b;
-    sy_buf_init(&b);
-    sy_api_token_text(m->lm, token, &b, NULL);
-    if (b.len > 0) cJSON_AddStringToObject(req, key, b.data);
-    sy_buf_free(&b);
-}
-
 /* Messages for a template that renders no tools: the generic format's instructions in the system message, past
  * calls as the JSON the model was asked for, tool results as user turns (merged when several follow a call). */
 static cJSON *generic_messages(const sy_api_chat *c, bool describe) {
@@ -635,40 +601,38 @@ static cJSON *generic_messages(const sy_api_chat *c, bool describe) {
     return out;
 }
 
-/* Renders through the model's Jinja template. Returns 1 when there is none (the caller uses a built-in
- * format), 0 with the text, -1 with e set. */
-static int render_jinja(const sy_api_model *m, sy_api_chat *c, char **text, size_t *len, sy_api_error *e) {
-    bool failed;
-    char *src = jinja_source(m, e, &failed);
-    if (failed) return -1;
-    if (src == NULL) return 1;
-    char err[600] = "";
-    sy_chat_jinja *t = sy_chat_jinja_compile(src, strlen(src), err, sizeof err);
-    free(src);
-    if (t == NULL) {
-        sy_log(SY_LOG_WARN, "model %s: its chat template does not compile (%s); using a built-in format", m->name, err);
-        return 1;
-    }
-    cJSON *req = cJSON_CreateObject();
+/* Renders through the model's Jinja template (api/chat_prompt.c chooses and caches it): the messages as they are
+ * and the tools where the template renders tools, the generic format's messages otherwise. */
+static int render_template(sy_http_request *r, const sy_api_model *m, sy_api_chat *c, char **text, size_t *len,
+                           sy_api_error *e) {
     bool native = c->traits.supports_tools;
-    if (native) {
-        cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(c->messages, true));
-        if (c->tools_active) cJSON_AddItemToObject(req, "tools", cJSON_Duplicate(c->tools, true));
-    } else {
-        cJSON_AddItemToObject(req, "messages", generic_messages(c, c->tools_active));
+    cJSON *msgs = native ? cJSON_Duplicate(c->messages, true) : generic_messages(c, c->tools_active);
+    size_t n = (size_t)cJSON_GetArraySize(msgs);
+    sy_chat_message *items = sy_xcalloc(n + 1, sizeof *items);
+    size_t i = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, msgs) {
+        const char *role = obj_get(msg, "role")->valuestring;
+        const cJSON *content = obj_get(msg, "content");
+        items[i].role = strcmp(role, "developer") == 0 ? "system" : role;
+        items[i].content = cJSON_IsString(content) ? content->valuestring : "";
+        items[i].content_len = strlen(items[i].content);
+        i++;
     }
-    cJSON_AddBoolToObject(req, "add_generation_prompt", true);
-    add_token_text(m, req, "bos_token", m->lm->info.bos_token);
-    add_token_text(m, req, "eos_token", m->lm->info.eos_token);
     cJSON *kw = c->kwargs ? cJSON_Duplicate(c->kwargs, true) : cJSON_CreateObject();
     if (c->think >= 0 && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking") == NULL)
         cJSON_AddBoolToObject(kw, "enable_thinking", c->think == 1);
-    cJSON_AddItemToObject(req, "chat_template_kwargs", kw);
-    *text = sy_chat_jinja_apply(t, req, NULL, len, err, sizeof err);
-    cJSON_Delete(req);
-    sy_chat_jinja_free(t);
-    if (*text == NULL) return sy_api_fail(e, 400, "invalid_messages", "messages", "%s", err);
-    return 0;
+    sy_api_chat_request q = {.items = items,
+                             .n_items = n,
+                             .messages = msgs,
+                             .tools = native && c->tools_active ? c->tools : NULL,
+                             .chat_template_kwargs = kw,
+                             .add_generation_prompt = true};
+    int rc = sy_api_render_chat_request(r, m, &q, text, len, e);
+    free(items);
+    cJSON_Delete(msgs);
+    cJSON_Delete(kw);
+    return rc;
 }
 
 /* ---- grammars ------------------------------------------------------------------------------------------------ */
@@ -1203,22 +1167,18 @@ static int build_grammar(sy_http_request *r, const sy_api_model *m, sy_api_chat 
 
 /* ---- prepare ------------------------------------------------------------------------------------------------- */
 
-static const char *model_template(const sy_api_model *m) { return m->lm->info.chat_template; }
-
 int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *c, sy_gen_params *p, char **text,
                         size_t *len, sy_api_error *e) {
     *text = NULL;
-    bool failed;
-    char *src = jinja_source(m, e, &failed);
-    if (failed) return -1;
-    sy_template_traits_detect(src ? src : model_template(m), &c->traits);
-    free(src);
     c->tools_active = c->tools != NULL && c->choice != SY_TOOL_CHOICE_NONE;
-    if (!c->traits.supports_tools) c->traits.tool_format = SY_TOOL_FORMAT_GENERIC;
     if (c->tools_active && p->constraint.grammar != NULL)
         return sy_api_fail(e, 400, "invalid_value", "response_format",
                            "response_format, grammar and json_schema cannot be combined with tools (unless "
                            "tool_choice is \"none\")");
+    /* The template requests are rendered with (NULL: a built-in format renders them). */
+    char *jinja = sy_api_model_template_text(r, m, c->tools_active);
+    sy_template_traits_detect(jinja, &c->traits);
+    if (!c->traits.supports_tools) c->traits.tool_format = SY_TOOL_FORMAT_GENERIC;
     memset(&c->parse, 0, sizeof c->parse);
     c->parse.format = c->traits.tool_format;
     c->parse.parse_tools = c->tools_active;
@@ -1226,7 +1186,8 @@ int sy_api_chat_prepare(sy_http_request *r, const sy_api_model *m, sy_api_chat *
     c->parse.think_open = c->traits.think_open;
     c->parse.think_close = c->traits.think_close;
     c->parse.tools = c->tools;
-    int rendered = render_jinja(m, c, text, len, e);
+    int rendered = jinja != NULL ? render_template(r, m, c, text, len, e) : 1;
+    free(jinja);
     if (rendered < 0) return -1;
     if (rendered > 0) {
         /* A built-in format renders the prompt: tools are then described in the generic format. */

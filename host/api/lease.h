@@ -32,10 +32,6 @@ int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, s
 /* Release the lease if still held. */
 void sy_api_model_release(sy_api_model *m);
 
-/* Render messages with the model's chat format (config override, chat_template_file, or detected from the
- * model's template). The text is malloc'd. */
-int sy_api_render_chat(sy_http_request *r, const sy_api_model *m, const sy_chat_message *messages, size_t n,
-                       bool add_generation_prompt, char **text, size_t *len, sy_api_error *e);
 /* Tokenize a prompt with control-token text recognised. chat: the text came from a template, so BOS is added
  * only when the model wants one and the text does not already begin with it; otherwise the model's BOS rules
  * apply (SY_TOKENIZE_ADD_SPECIAL). Fails with 400 when the prompt leaves no room in the context. */

@@ -1,5 +1,6 @@
 /* The Ollama-compatible API: /api/chat, /api/generate (NDJSON streaming by default), /api/tags, /api/show,
  * /api/ps, /api/version. */
+#include "api/chat_prompt.h"
 #include "api/ollama.h"
 
 #include <math.h>
@@ -603,14 +604,12 @@ void sy_api_ollama_show(sy_http_request *r) {
     memset(&m, 0, sizeof m);
     bool loaded = state_of(sy_api_manager(srv), cm->name, NULL) == SY_MODEL_READY &&
                   sy_api_acquire(r, cm->name, &m, &e) == 0;
-    char *template_file = cm->chat_template_file ? sy_strdup(cm->chat_template_file) : NULL;
-    bool builtin_template = cm->chat_template != NULL;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
-    cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
-    sy_api_template_capabilities(builtin_template ? NULL : lm ? lm->info.chat_template : NULL,
-                                 builtin_template ? NULL : template_file, caps);
-    free(template_file);
+    char *template_text = lm ? sy_api_model_template_text(r, &m, false) : NULL; /* the one requests are rendered with */
+    cJSON_AddStringToObject(json, "template", template_text ? template_text : "");
+    sy_api_template_capabilities(template_text, NULL, caps);
+    free(template_text);
     cJSON_AddItemToObject(json, "details", details_json(&f, lm));
     cJSON *info = cJSON_AddObjectToObject(json, "model_info");
     if (lm) {

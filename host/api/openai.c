@@ -1,4 +1,5 @@
 /* The OpenAI-compatible API: /v1/chat/completions, /v1/completions (SSE streaming), /v1/models. */
+#include "api/chat_prompt.h"
 #include "api/openai.h"
 
 #include <math.h>

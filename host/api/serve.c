@@ -2,6 +2,7 @@
 #include "api/serve.h"
 #include "api/admin.h"
 #include "api/anthropic.h"
+#include "api/apply_template.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/slots.h"
@@ -25,6 +26,7 @@ static const sy_http_route routes[] = {
     {POST, "/v1/messages", false, "/v1/messages", ANTHROPIC, false, sy_api_anthropic_messages},
     {POST, "/v1/messages/count_tokens", false, "/v1/messages/count_tokens", ANTHROPIC, false,
      sy_api_anthropic_count_tokens},
+    {POST, "/apply-template", false, "/apply-template", OPENAI, false, sy_api_apply_template},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 #define COMPILE_ARENA_LIMIT ((size_t)256 << 20)
 #define RENDER_ARENA_LIMIT ((size_t)512 << 20)
@@ -179,6 +179,8 @@ char *sy_chat_jinja_apply(const sy_chat_jinja *t, const cJSON *request, const sy
         }
     }
     char *text = NULL;
+    char stack_mark;
+    r->stack_base = &stack_mark;
     if (setjmp(r->fail) == 0) {
         jj_frame *builtins = jj_frame_new(r, NULL);
         jj_install_globals(r, builtins);

@@ -1,8 +1,7 @@
 /*
- * Chat templates rendered in the host: a list of chat messages -> the prompt text a model was trained on.
- *
- * switchyard does not run Jinja. It recognises which of a few well-known formats a model's own template
- * (sy_model_info.chat_template) implements by the markers in its text, and renders that format in C:
+ * The built-in chat formats: a list of chat messages -> the prompt text, for models that carry no Jinja template
+ * (models that do are rendered by their own template, chat_jinja.h). A template's format is recognised by the
+ * markers in its text, and rendered in C:
  *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n      (Qwen, LFM2, SmolLM2)
  *   llama3  <|begin_of_text|><|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ...
  *   llama2  <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s>

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 #define SAFE_LEN(n) ((int)((n) > 100 ? 100 : (n)))
 
@@ -127,41 +127,40 @@ static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t n
 }
 
 static jj_value str_replace(jj_render *r, jj_value s, jj_value old, jj_value new_, int64_t count) {
-    sy_buf b;
-    sy_buf_init(&b);
+    sy_buf *b = jj_buf_begin(r);
     size_t i = 0;
     int64_t done = 0;
     if (old.v.s.n == 0) {
         /* Python inserts new before every character and at the end */
         while (count < 0 || done < count) {
-            sy_buf_append(&b, new_.v.s.p, new_.v.s.n);
+            sy_buf_append(b, new_.v.s.p, new_.v.s.n);
             done++;
             if (i >= s.v.s.n) break;
             size_t j = utf8_next(s.v.s.p, s.v.s.n, i);
-            sy_buf_append(&b, s.v.s.p + i, j - i);
+            sy_buf_append(b, s.v.s.p + i, j - i);
             i = j;
-            if (b.len > r->max_output) break;
+            if (b->len > r->max_output) break;
         }
-        sy_buf_append(&b, s.v.s.p + i, s.v.s.n - i);
+        sy_buf_append(b, s.v.s.p + i, s.v.s.n - i);
     } else {
         while (count < 0 || done < count) {
             const char *f = find_bytes(s.v.s.p, s.v.s.n, old.v.s.p, old.v.s.n, i);
             if (f == NULL) break;
             size_t at = (size_t)(f - s.v.s.p);
-            sy_buf_append(&b, s.v.s.p + i, at - i);
-            sy_buf_append(&b, new_.v.s.p, new_.v.s.n);
+            sy_buf_append(b, s.v.s.p + i, at - i);
+            sy_buf_append(b, new_.v.s.p, new_.v.s.n);
             i = at + old.v.s.n;
             done++;
-            if (b.len > r->max_output) break;
+            if (b->len > r->max_output) break;
         }
-        sy_buf_append(&b, s.v.s.p + i, s.v.s.n - i);
+        sy_buf_append(b, s.v.s.p + i, s.v.s.n - i);
     }
-    if (b.len > r->max_output) {
-        sy_buf_free(&b);
+    if (b->len > r->max_output) {
+        jj_buf_end(r, b);
         jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
     }
-    jj_value v = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value v = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return v;
 }
 
@@ -266,31 +265,30 @@ static bool affix_match(jj_render *r, jj_value s, jj_value affix, bool at_end) {
 
 /* str.format with {} {0} {name} and {{ }}; format specs and conversions are refused */
 static jj_value str_format(jj_render *r, jj_value fmt, const jj_callargs *a) {
-    sy_buf b;
-    sy_buf_init(&b);
+    sy_buf *b = jj_buf_begin(r);
     size_t auto_idx = 0;
     const char *p = fmt.v.s.p;
     size_t n = fmt.v.s.n;
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '{' && i + 1 < n && p[i + 1] == '{') {
-            sy_buf_puts(&b, "{");
+            sy_buf_puts(b, "{");
             i++;
         } else if (c == '}' && i + 1 < n && p[i + 1] == '}') {
-            sy_buf_puts(&b, "}");
+            sy_buf_puts(b, "}");
             i++;
         } else if (c == '{') {
             size_t j = i + 1;
             while (j < n && p[j] != '}') j++;
             if (j >= n) {
-                sy_buf_free(&b);
+                jj_buf_end(r, b);
                 jj_fail(r, "Single '{' encountered in format string");
             }
             const char *field = p + i + 1;
             size_t fn = j - i - 1;
             const jj_value *v = NULL;
             if (memchr(field, ':', fn) || memchr(field, '!', fn) || memchr(field, '.', fn) || memchr(field, '[', fn)) {
-                sy_buf_free(&b);
+                jj_buf_end(r, b);
                 jj_fail(r, "format specs, conversions and field attributes in str.format are not supported");
             }
             if (fn == 0) {
@@ -303,25 +301,25 @@ static jj_value str_format(jj_render *r, jj_value fmt, const jj_callargs *a) {
                 for (size_t k = 0; k < a->n_kw; k++)
                     if (strlen(a->kw_names[k]) == fn && memcmp(a->kw_names[k], field, fn) == 0) v = &a->kw[k];
                 if (v == NULL) {
-                    sy_buf_free(&b);
+                    jj_buf_end(r, b);
                     jj_fail(r, "'%.*s'", SAFE_LEN(fn), field);
                 }
             }
             if (v == NULL) {
-                sy_buf_free(&b);
+                jj_buf_end(r, b);
                 jj_fail(r, "Replacement index %zu out of range for positional args tuple", auto_idx ? auto_idx - 1 : 0);
             }
-            jj_to_str(r, &b, *v);
+            jj_to_str(r, b, *v);
             i = j;
         } else if (c == '}') {
-            sy_buf_free(&b);
+            jj_buf_end(r, b);
             jj_fail(r, "Single '}' encountered in format string");
         } else {
-            sy_buf_append(&b, &c, 1);
+            sy_buf_append(b, &c, 1);
         }
     }
-    jj_value v = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value v = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return v;
 }
 
@@ -407,22 +405,21 @@ METHOD(m_join) {
     const jj_value *it = jj_arg(a, 0, NULL);
     if (it == NULL) jj_fail(r, "join() takes exactly one argument (0 given)");
     jj_list *items = jj_iter(r, *it);
-    sy_buf b;
-    sy_buf_init(&b);
+    sy_buf *b = jj_buf_begin(r);
     for (size_t i = 0; i < items->n; i++) {
         if (items->items[i].type != JJ_STR) {
-            sy_buf_free(&b);
+            jj_buf_end(r, b);
             jj_fail(r, "sequence item %zu: expected str instance, %s found", i, jj_type_name(items->items[i]));
         }
-        if (i) sy_buf_append(&b, self.v.s.p, self.v.s.n);
-        sy_buf_append(&b, items->items[i].v.s.p, items->items[i].v.s.n);
-        if (b.len > r->max_output) {
-            sy_buf_free(&b);
+        if (i) sy_buf_append(b, self.v.s.p, self.v.s.n);
+        sy_buf_append(b, items->items[i].v.s.p, items->items[i].v.s.n);
+        if (b->len > r->max_output) {
+            jj_buf_end(r, b);
             jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
         }
     }
-    jj_value v = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value v = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return v;
 }
 METHOD(m_format) { return str_format(r, self, a); }
@@ -731,13 +728,12 @@ void jj_tojson(jj_render *r, sy_buf *b, jj_value v, const char *indent, size_t i
             jj_value key = d->keys[i];
             if (key.type == JJ_STR) json_str(b, key.v.s.p, key.v.s.n, ensure_ascii);
             else if (key.type == JJ_INT || key.type == JJ_FLOAT || key.type == JJ_BOOL || key.type == JJ_NONE) {
-                sy_buf kb;
-                sy_buf_init(&kb);
-                jj_tojson(r, &kb, key, NULL, 0, 0, false, ", ", ": ", ensure_ascii);
+                sy_buf *kb = jj_buf_begin(r);
+                jj_tojson(r, kb, key, NULL, 0, 0, false, ", ", ": ", ensure_ascii);
                 sy_buf_puts(b, "\"");
-                sy_buf_append(b, kb.data, kb.len);
+                sy_buf_append(b, kb->data, kb->len);
                 sy_buf_puts(b, "\"");
-                sy_buf_free(&kb);
+                jj_buf_end(r, kb);
             } else {
                 jj_fail(r, "keys must be str, int, float, bool or None, not %s", jj_type_name(key));
             }
@@ -806,18 +802,11 @@ FILTER(f_tojson) {
         item_sep = isep;
         key_sep = ksep;
     }
-    sy_buf b;
-    sy_buf_init(&b);
-    /* a failure inside leaks b until the render's end: keep it on the open list */
-    jj_bufnode *node = jj_ralloc(r, sizeof *node);
-    node->b = b;
-    node->next = r->open_bufs;
-    r->open_bufs = node;
-    jj_tojson(r, &node->b, v, indent, indent_len, 0, sk ? jj_truthy(*sk) : false, item_sep, key_sep,
+    sy_buf *b = jj_buf_begin(r);
+    jj_tojson(r, b, v, indent, indent_len, 0, sk ? jj_truthy(*sk) : false, item_sep, key_sep,
               ea != NULL && jj_truthy(*ea));
-    r->open_bufs = node->next;
-    jj_value s = jj_str_copy(r, node->b.data ? node->b.data : "", node->b.len);
-    sy_buf_free(&node->b);
+    jj_value s = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return s;
 }
 
@@ -849,21 +838,20 @@ FILTER(f_join) {
     const jj_value *sep = jj_arg(a, 0, "d");
     const jj_value *attr = jj_arg(a, 1, "attribute");
     jj_list *items = jj_iter(r, v);
-    sy_buf b;
-    sy_buf_init(&b);
+    sy_buf *b = jj_buf_begin(r);
     jj_value sepv = sep ? jj_stringify(r, *sep) : jj_str("", 0);
     for (size_t i = 0; i < items->n; i++) {
-        if (i) sy_buf_append(&b, sepv.v.s.p, sepv.v.s.n);
+        if (i) sy_buf_append(b, sepv.v.s.p, sepv.v.s.n);
         jj_value it = items->items[i];
         if (attr) it = attr->type == JJ_STR ? jj_getattr(r, it, attr->v.s.p, attr->v.s.n) : jj_getitem(r, it, *attr);
-        jj_to_str(r, &b, it);
-        if (b.len > r->max_output) {
-            sy_buf_free(&b);
+        jj_to_str(r, b, it);
+        if (b->len > r->max_output) {
+            jj_buf_end(r, b);
             jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
         }
     }
-    jj_value s = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value s = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return s;
 }
 
@@ -1215,42 +1203,40 @@ FILTER(f_indent) {
     withnl[s.v.s.n] = '\n';
     withnl[s.v.s.n + 1] = '\0';
     jj_list *lines = split_lines(r, jj_str(withnl, s.v.s.n + 1), false);
-    sy_buf b;
-    sy_buf_init(&b);
-    if (first) sy_buf_append(&b, ind.v.s.p, ind.v.s.n);
+    sy_buf *b = jj_buf_begin(r);
+    if (first) sy_buf_append(b, ind.v.s.p, ind.v.s.n);
     for (size_t i = 0; i < lines->n; i++) {
         jj_value ln = lines->items[i];
         if (i > 0) {
-            sy_buf_puts(&b, "\n");
-            if (blank || ln.v.s.n > 0) sy_buf_append(&b, ind.v.s.p, ind.v.s.n);
+            sy_buf_puts(b, "\n");
+            if (blank || ln.v.s.n > 0) sy_buf_append(b, ind.v.s.p, ind.v.s.n);
         }
-        sy_buf_append(&b, ln.v.s.p, ln.v.s.n);
-        if (b.len > r->max_output) {
-            sy_buf_free(&b);
+        sy_buf_append(b, ln.v.s.p, ln.v.s.n);
+        if (b->len > r->max_output) {
+            jj_buf_end(r, b);
             jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
         }
     }
-    jj_value out = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value out = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return out;
 }
 
 jj_value jj_html_escape(jj_render *r, jj_value s) {
-    sy_buf b;
-    sy_buf_init(&b);
+    sy_buf *b = jj_buf_begin(r);
     for (size_t i = 0; i < s.v.s.n; i++) {
         char c = s.v.s.p[i];
         switch (c) {
-        case '&': sy_buf_puts(&b, "&amp;"); break;
-        case '<': sy_buf_puts(&b, "&lt;"); break;
-        case '>': sy_buf_puts(&b, "&gt;"); break;
-        case '"': sy_buf_puts(&b, "&#34;"); break;
-        case '\'': sy_buf_puts(&b, "&#39;"); break;
-        default: sy_buf_append(&b, &c, 1);
+        case '&': sy_buf_puts(b, "&amp;"); break;
+        case '<': sy_buf_puts(b, "&lt;"); break;
+        case '>': sy_buf_puts(b, "&gt;"); break;
+        case '"': sy_buf_puts(b, "&#34;"); break;
+        case '\'': sy_buf_puts(b, "&#39;"); break;
+        default: sy_buf_append(b, &c, 1);
         }
     }
-    jj_value out = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value out = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     out.safe = 1;
     return out;
 }

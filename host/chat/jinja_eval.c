@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 /* ------------------------------------------------------------------------------------------------------------
  * Arena */
@@ -94,6 +94,8 @@ void jj_emit(jj_render *r, const char *p, size_t n) {
     if (r->out->len + n > r->max_output) jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
     sy_buf_append(r->out, p, n);
 }
+
+static void check_stack(jj_render *r);
 
 /* ------------------------------------------------------------------------------------------------------------
  * Values */
@@ -261,7 +263,13 @@ static double num_f(jj_value v) {
 }
 static int64_t num_i(jj_value v) { return v.type == JJ_INT ? v.v.i : (v.v.b ? 1 : 0); }
 
-bool jj_eq(jj_value a, jj_value b) {
+/* Python stops comparing containers nested deeper than its recursion limit (RecursionError); so do we, at 1000 */
+static bool eq_depth(jj_value a, jj_value b, int depth);
+
+bool jj_eq(jj_value a, jj_value b) { return eq_depth(a, b, 0); }
+
+static bool eq_depth(jj_value a, jj_value b, int depth) {
+    if (depth > 1000) return false;
     if (is_num(a) && is_num(b)) {
         if (a.type == JJ_FLOAT || b.type == JJ_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -275,16 +283,19 @@ bool jj_eq(jj_value a, jj_value b) {
     case JJ_NONE: return true;
     case JJ_STR: return a.v.s.n == b.v.s.n && memcmp(a.v.s.p, b.v.s.p, a.v.s.n) == 0;
     case JJ_LIST:
-        if (a.v.l->pytype != NULL || b.v.l->pytype != NULL) return a.v.l == b.v.l;
+        /* the same object is equal to itself (Python compares items by identity first) */
+        if (a.v.l == b.v.l) return true;
+        if (a.v.l->pytype != NULL || b.v.l->pytype != NULL) return false;
         if (a.v.l->tuple != b.v.l->tuple || a.v.l->n != b.v.l->n) return false;
         for (size_t i = 0; i < a.v.l->n; i++)
-            if (!jj_eq(a.v.l->items[i], b.v.l->items[i])) return false;
+            if (!eq_depth(a.v.l->items[i], b.v.l->items[i], depth + 1)) return false;
         return true;
     case JJ_DICT:
+        if (a.v.d == b.v.d) return true;
         if (a.v.d->n != b.v.d->n) return false;
         for (size_t i = 0; i < a.v.d->n; i++) {
             jj_value *o = jj_dict_get(b.v.d, a.v.d->keys[i]);
-            if (o == NULL || !jj_eq(a.v.d->vals[i], *o)) return false;
+            if (o == NULL || !eq_depth(a.v.d->vals[i], *o, depth + 1)) return false;
         }
         return true;
     case JJ_NS: return a.v.d == b.v.d;
@@ -321,6 +332,7 @@ void jj_check_undef(jj_render *r, jj_value v) {
 }
 
 int jj_cmp(jj_render *r, jj_value a, jj_value b) {
+    check_stack(r);
     jj_check_undef(r, a);
     jj_check_undef(r, b);
     if (is_num(a) && is_num(b)) {
@@ -426,6 +438,7 @@ static void repr_str(sy_buf *b, const char *p, size_t n) {
 }
 
 void jj_repr(jj_render *r, sy_buf *b, jj_value v) {
+    check_stack(r);
     jj_step(r);
     if (b->len > r->max_output) jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
     switch (v.type) {
@@ -436,6 +449,7 @@ void jj_repr(jj_render *r, sy_buf *b, jj_value v) {
 }
 
 void jj_to_str(jj_render *r, sy_buf *b, jj_value v) {
+    check_stack(r);
     switch (v.type) {
     case JJ_UNDEF: return;
     case JJ_NONE: sy_buf_puts(b, "None"); return;
@@ -483,15 +497,14 @@ void jj_to_str(jj_render *r, sy_buf *b, jj_value v) {
 
 jj_value jj_stringify(jj_render *r, jj_value v) {
     if (v.type == JJ_STR) return v;
-    sy_buf b;
-    sy_buf_init(&b);
-    jj_to_str(r, &b, v);
-    if (b.len > r->max_output) {
-        sy_buf_free(&b);
+    sy_buf *b = jj_buf_begin(r);
+    jj_to_str(r, b, v);
+    if (b->len > r->max_output) {
+        jj_buf_end(r, b);
         jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
     }
-    jj_value s = jj_str_copy(r, b.data ? b.data : "", b.len);
-    sy_buf_free(&b);
+    jj_value s = jj_str_copy(r, b->data ? b->data : "", b->len);
+    jj_buf_end(r, b);
     return s;
 }
 
@@ -750,12 +763,11 @@ jj_value jj_getitem(jj_render *r, jj_value obj, jj_value key) {
         if (found) return m;
         return missing_attr(r, obj, key.v.s.p, key.v.s.n);
     }
-    sy_buf b;
-    sy_buf_init(&b);
-    jj_repr(r, &b, key);
+    sy_buf *b = jj_buf_begin(r);
+    jj_repr(r, b, key);
     jj_value u = jj_undef_msg(r, false, "%s object has no element %.*s", jj_type_name(obj),
-                              (int)(b.len > 100 ? 100 : b.len), b.data ? b.data : "");
-    sy_buf_free(&b);
+                              (int)(b->len > 100 ? 100 : b->len), b->data ? b->data : "");
+    jj_buf_end(r, b);
     return u;
 }
 
@@ -848,16 +860,15 @@ enum { FLOW_NORMAL = 0, FLOW_BREAK, FLOW_CONTINUE };
 
 static jj_value arith(jj_render *r, int op, jj_value a, jj_value b) {
     if (op == JOP_TILDE) {
-        sy_buf s;
-        sy_buf_init(&s);
-        jj_to_str(r, &s, a);
-        jj_to_str(r, &s, b);
-        if (s.len > r->max_output) {
-            sy_buf_free(&s);
+        sy_buf *s = jj_buf_begin(r);
+        jj_to_str(r, s, a);
+        jj_to_str(r, s, b);
+        if (s->len > r->max_output) {
+            jj_buf_end(r, s);
             jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
         }
-        jj_value v = jj_str_copy(r, s.data ? s.data : "", s.len);
-        sy_buf_free(&s);
+        jj_value v = jj_str_copy(r, s->data ? s->data : "", s->len);
+        jj_buf_end(r, s);
         return v;
     }
     jj_check_undef(r, a);
@@ -1038,7 +1049,16 @@ static jj_value eval_filter(jj_render *r, const jj_node *n, jj_frame *f, jj_valu
     return jj_apply_filter(r, n->name, v, &a);
 }
 
+static void check_stack(jj_render *r) {
+    if (r->stack_base == NULL) return;
+    char here;
+    const char *p = &here;
+    size_t used = p < r->stack_base ? (size_t)(r->stack_base - p) : (size_t)(p - r->stack_base);
+    if (used > JJ_STACK_BUDGET) jj_fail(r, "the template nests too deeply");
+}
+
 static jj_value eval(jj_render *r, const jj_node *n, jj_frame *f) {
+    check_stack(r);
     r->line = n->line;
     switch (n->kind) {
     case JN_CONST: return n->value;
@@ -1197,6 +1217,23 @@ static jj_value render_to_string(jj_render *r, const jj_nodes *body, jj_frame *f
     return v;
 }
 
+sy_buf *jj_buf_begin(jj_render *r) {
+    jj_bufnode *node = jj_ralloc(r, sizeof *node);
+    sy_buf_init(&node->b);
+    node->next = r->open_bufs;
+    r->open_bufs = node;
+    return &node->b;
+}
+
+void jj_buf_end(jj_render *r, sy_buf *b) {
+    for (jj_bufnode **p = &r->open_bufs; *p != NULL; p = &(*p)->next)
+        if (&(*p)->b == b) {
+            *p = (*p)->next;
+            break;
+        }
+    sy_buf_free(b);
+}
+
 void jj_render_cleanup(jj_render *r) {
     for (jj_bufnode *n = r->open_bufs; n != NULL; n = n->next) sy_buf_free(&n->b);
     r->open_bufs = NULL;
@@ -1290,6 +1327,7 @@ static int exec_for(jj_render *r, const jj_node *n, jj_frame *f) {
 }
 
 static int exec_node(jj_render *r, const jj_node *n, jj_frame *f) {
+    check_stack(r);
     r->line = n->line;
     switch (n->kind) {
     case JN_TEXT: jj_emit(r, n->value.v.s.p, n->value.v.s.n); return FLOW_NORMAL;
@@ -1299,15 +1337,14 @@ static int exec_node(jj_render *r, const jj_node *n, jj_frame *f) {
         jj_step(r);
         if (v.type == JJ_STR) jj_emit(r, v.v.s.p, v.v.s.n);
         else if (v.type != JJ_UNDEF) {
-            sy_buf b;
-            sy_buf_init(&b);
-            jj_to_str(r, &b, v);
-            if (b.len > r->max_output) {
-                sy_buf_free(&b);
+            sy_buf *b = jj_buf_begin(r);
+            jj_to_str(r, b, v);
+            if (b->len > r->max_output) {
+                jj_buf_end(r, b);
                 jj_fail(r, "the rendered text exceeds %zu bytes", r->max_output);
             }
-            jj_emit(r, b.data ? b.data : "", b.len);
-            sy_buf_free(&b);
+            jj_emit(r, b->data ? b->data : "", b->len);
+            jj_buf_end(r, b);
         } else if (v.v.u != NULL && v.v.u->security) {
             /* printing an unsafe attribute renders nothing in jinja2 too */
         }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/jinja_internal.h"
+#include "chat/chat_jinja_internal.h"
 
 typedef enum {
     T_EOF = 0,

@@ -36,6 +36,12 @@ static int open_with(const sy_plugin *p, const char *path, const sy_option *opti
         out->info.max_decode_tokens = 0;
         out->info.capabilities = 0;
     }
+    if (p->entry->abi_minor < 2 || out->info.chat_template_names == NULL || out->info.chat_template_texts == NULL) {
+        /* named chat templates are the last fields of 1.2: a plugin built before them leaves them zero */
+        out->info.n_chat_templates = 0;
+        out->info.chat_template_names = NULL;
+        out->info.chat_template_texts = NULL;
+    }
     return 0;
 }
 

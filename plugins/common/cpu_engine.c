@@ -242,6 +242,12 @@ void sy_cpu_unload(sy_model *m) {
     free(m->architecture);
     free(m->name);
     free(m->chat_template);
+    for (uint32_t i = 0; i < m->n_chat_templates; i++) {
+        free(m->chat_template_names[i]);
+        free(m->chat_template_texts[i]);
+    }
+    free(m->chat_template_names);
+    free(m->chat_template_texts);
     free(m);
 }
 
@@ -286,6 +292,9 @@ sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out) {
         .max_rollback = sy_cpu_max_rollback(m),
         .max_decode_tokens = 0,
         .capabilities = SY_CAP_ITEM_CANCEL,
+        .n_chat_templates = m->n_chat_templates,
+        .chat_template_names = (const char *const *)m->chat_template_names,
+        .chat_template_texts = (const char *const *)m->chat_template_texts,
     };
     /* only the fields the host's struct has */
     memcpy(out, &info, out->struct_size < sizeof info ? out->struct_size : sizeof info);

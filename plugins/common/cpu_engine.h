@@ -91,6 +91,9 @@ typedef struct sy_cpu_vocab_ops {
 struct sy_model {
     /* facts for model_info; the strings are owned (malloc'd), NULL where absent */
     char *architecture, *name, *chat_template;
+    /* named chat templates ("tool_use", ...), n_chat_templates malloc'd pairs */
+    char **chat_template_names, **chat_template_texts;
+    uint32_t n_chat_templates;
     char weight_dtype[16];
     char fingerprint[33];
     uint32_t n_ctx_train;

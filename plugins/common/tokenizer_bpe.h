@@ -209,6 +209,9 @@ typedef struct sy_tokenizer_config {
     /* The chat template text: the string, or from a list of {name, template} the one named "default" (else the
      * first). */
     char *chat_template;
+    /* Every entry of such a list, by name (n_templates pairs, malloc'd); 0 for a plain string. */
+    char **template_names, **template_texts;
+    size_t n_templates;
 } sy_tokenizer_config;
 
 bool sy_tokenizer_config_load(const char *path, sy_tokenizer_config *out, char *err, size_t err_size);

@@ -982,6 +982,12 @@ void sy_tokenizer_config_free(sy_tokenizer_config *c) {
     free(c->pad_token);
     free(c->unk_token);
     free(c->chat_template);
+    for (size_t i = 0; i < c->n_templates; i++) {
+        free(c->template_names[i]);
+        free(c->template_texts[i]);
+    }
+    free(c->template_names);
+    free(c->template_texts);
     memset(c, 0, sizeof *c);
     c->add_bos_token = c->add_eos_token = -1;
 }
@@ -1067,6 +1073,23 @@ bool sy_tokenizer_config_parse(const char *json, size_t len, sy_tokenizer_config
                     first = text->str;
                 if (named_default == NULL && strcmp(name->str, "default") == 0)
                     named_default = text->str;
+            }
+            size_t count = 0;
+            for (const sy_json *it = tpl->child; ok && it != NULL; it = it->next) count++;
+            if (ok && count > 0 && count <= 64) {
+                out->template_names = calloc(count, sizeof *out->template_names);
+                out->template_texts = calloc(count, sizeof *out->template_texts);
+                ok = out->template_names != NULL && out->template_texts != NULL;
+                for (const sy_json *it = tpl->child; ok && it != NULL; it = it->next) {
+                    ok = dup_string(sy_json_get(it, "name")->str, &out->template_names[out->n_templates], err,
+                                    err_size) &&
+                         dup_string(sy_json_get(it, "template")->str, &out->template_texts[out->n_templates], err,
+                                    err_size);
+                    if (ok) out->n_templates++;
+                }
+            } else if (ok && count > 64) {
+                sy_errmsg(err, err_size, "chat_template: a list of %zu named templates; at most 64 are accepted", count);
+                ok = false;
             }
             const char *chosen = named_default ? named_default : first;
             if (ok && chosen != NULL)

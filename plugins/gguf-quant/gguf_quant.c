@@ -462,6 +462,37 @@ static sy_status bind_weights(const sy_gguf *g, const char *arch, uint32_t n_voc
 }
 
 /* Builds the model from the opened file; on failure error_text says why (without the path). */
+/* tokenizer.chat_template.NAME keys (llama.cpp writes tool_use and others so); at most 64, the rest ignored. */
+static bool collect_named_templates(sy_model *m, const sy_gguf *g) {
+    static const char prefix[] = "tokenizer.chat_template.";
+    uint64_t n = sy_gguf_kv_count(g);
+    for (uint64_t i = 0; i < n && m->n_chat_templates < 64; i++) {
+        const char *key = sy_gguf_kv_key(g, i);
+        const char *text;
+        size_t len;
+        if (key == NULL || strncmp(key, prefix, sizeof prefix - 1) != 0 || key[sizeof prefix - 1] == '\0') continue;
+        if (!sy_gguf_kv_string(g, i, &text, &len) || memchr(text, '\0', len) != NULL) continue;
+        if (m->chat_template_names == NULL) {
+            m->chat_template_names = calloc(64, sizeof *m->chat_template_names);
+            m->chat_template_texts = calloc(64, sizeof *m->chat_template_texts);
+            if (m->chat_template_names == NULL || m->chat_template_texts == NULL) return false;
+        }
+        char *name = strdup(key + sizeof prefix - 1);
+        char *body = malloc(len + 1);
+        if (name == NULL || body == NULL) {
+            free(name);
+            free(body);
+            return false;
+        }
+        memcpy(body, text, len);
+        body[len] = '\0';
+        m->chat_template_names[m->n_chat_templates] = name;
+        m->chat_template_texts[m->n_chat_templates] = body;
+        m->n_chat_templates++;
+    }
+    return true;
+}
+
 static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *opt) {
     const sy_gguf *g = f->gguf;
     char err[400];
@@ -471,6 +502,7 @@ static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *op
         return fail(SY_ERR_UNSUPPORTED, "architecture '%s' is not supported by " PLUGIN_NAME, m->architecture);
     m->name = sy_gguf_dup_string(g, "general.name");
     m->chat_template = sy_gguf_dup_string(g, "tokenizer.chat_template");
+    if (!collect_named_templates(m, g)) return fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
 
     sy_status vst;
     gq_vocab *vocab = gq_vocab_from_gguf(g, &vst, err, sizeof err);

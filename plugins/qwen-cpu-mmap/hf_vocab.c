@@ -169,6 +169,11 @@ qm_vocab *qm_vocab_load(const char *dir, const sy_hf_config *cfg, const sy_hf_ge
     facts->add_bos = n_prefix > 0;
     facts->chat_template = tc.chat_template ? tc.chat_template : read_template_file(dir);
     tc.chat_template = NULL;
+    facts->template_names = tc.template_names;
+    facts->template_texts = tc.template_texts;
+    facts->n_templates = tc.n_templates;
+    tc.template_names = tc.template_texts = NULL;
+    tc.n_templates = 0;
     ok = true;
 done:
     sy_tokenizer_config_free(&tc);

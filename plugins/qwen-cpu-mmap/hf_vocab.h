@@ -22,6 +22,8 @@ typedef struct qm_vocab_facts {
     int32_t bos, eos, pad; /* -1 when absent */
     bool add_bos;
     char *chat_template;   /* malloc'd, or NULL */
+    char **template_names, **template_texts; /* tokenizer_config's named templates, n_templates malloc'd pairs */
+    size_t n_templates;
 } qm_vocab_facts;
 
 /* n_model_vocab: rows of the embedding (config.json vocab_size); the tokenizer's ids must fit. NULL with a

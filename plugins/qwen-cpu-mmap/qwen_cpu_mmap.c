@@ -360,6 +360,9 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->pad_token = facts.pad;
     m->add_bos = facts.add_bos;
     m->chat_template = facts.chat_template;
+    m->chat_template_names = facts.template_names;
+    m->chat_template_texts = facts.template_texts;
+    m->n_chat_templates = (uint32_t)facts.n_templates;
 
     fmt->st = sy_safetensors_open(dir, err, sizeof err);
     if (fmt->st == NULL) return sy_cpu_fail(SY_ERR_FORMAT, "%s", err);

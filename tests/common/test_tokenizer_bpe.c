@@ -821,6 +821,12 @@ static void test_tokenizer_config(void **state) {
     assert_string_equal(c.bos_token, "<s>");
     assert_int_equal(c.add_bos_token, 1);
     assert_string_equal(c.chat_template, "D");
+    /* every named template is kept, for the host to choose (tool_use for requests with tools) */
+    assert_int_equal(c.n_templates, 2);
+    assert_string_equal(c.template_names[0], "tool_use");
+    assert_string_equal(c.template_texts[0], "T");
+    assert_string_equal(c.template_names[1], "default");
+    assert_string_equal(c.template_texts[1], "D");
     sy_tokenizer_config_free(&c);
 
     const char *bad[] = {"{\"add_bos_token\":\"yes\"}", "{\"eos_token\":5}", "{\"chat_template\":7}",

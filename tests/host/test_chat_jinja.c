@@ -19,6 +19,7 @@
 
 #include "base/buf.h"
 #include "chat/chat_jinja.h"
+#include "chat/chat_template.h"
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -249,7 +250,61 @@ static void sandbox_and_limits(void **state) {
                  "exceeds");
     expect_error("{% set s = range(100000) %}{% for i in s %}{% for j in s %}{% endfor %}{% endfor %}", NULL, "steps");
     expect_error("{{ x | no_such_filter }}", NULL, "No filter named 'no_such_filter'");
+    /* values nested deeper than any stack: printing and comparing them fail cleanly or stop */
+    expect_error("{% set ns = namespace(x=[]) %}{% for i in range(60000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                 NULL, "nests too deeply");
+    expect("{% set ns = namespace(x=[]) %}{% for i in range(60000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+           "{{ ns.x == ns.x }}", NULL, "True");
     expect_error("{% for x in [1] %}", NULL, "endfor");
+}
+
+/* SmolLM2-135M-Instruct's GGUF template (tokenizer.chat_template): through Jinja it gives what the built-in
+ * ChatML renderer gave for it (jinja2 gives the same text: checked with tools/oracle at the time of writing). */
+static const char SMOLLM2_TEMPLATE[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' "
+    "+ message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
+    "%}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+static void smollm2_jinja_equals_builtin_chatml(void **state) {
+    (void)state;
+    sy_chat_template t;
+    char err[512];
+    assert_int_equal(sy_chat_template_init(&t, NULL, SMOLLM2_TEMPLATE, "<|im_start|>", "<|im_end|>", err, sizeof err), 0);
+    assert_int_equal(t.format, SY_CHAT_FORMAT_CHATML);
+    const char *convs[] = {
+        "[{\"role\": \"user\", \"content\": \"Hi\"}]",
+        "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]",
+        "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}, "
+        "{\"role\": \"user\", \"content\": \"Bye é\"}]",
+    };
+    for (size_t c = 0; c < sizeof convs / sizeof convs[0]; c++) {
+        for (int agp = 0; agp < 2; agp++) {
+            cJSON *msgs = cJSON_Parse(convs[c]);
+            assert_non_null(msgs);
+            sy_chat_message items[8];
+            size_t n = 0;
+            const cJSON *m;
+            cJSON_ArrayForEach(m, msgs) {
+                const char *content = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
+                items[n++] = (sy_chat_message){cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, content,
+                                               strlen(content)};
+            }
+            size_t blen = 0, jlen = 0;
+            char *builtin = sy_chat_render(&t, items, n, agp, &blen, err, sizeof err);
+            assert_non_null(builtin);
+            cJSON *req = cJSON_CreateObject();
+            cJSON_AddItemToObject(req, "messages", msgs);
+            cJSON_AddBoolToObject(req, "add_generation_prompt", agp);
+            char *jinja = sy_chat_jinja_render(SMOLLM2_TEMPLATE, strlen(SMOLLM2_TEMPLATE), req, NULL, &jlen, err, sizeof err);
+            assert_non_null(jinja);
+            assert_string_equal(jinja, builtin);
+            free(builtin);
+            free(jinja);
+            cJSON_Delete(req);
+        }
+    }
+    sy_chat_template_free(&t);
 }
 
 int main(void) {
@@ -260,6 +315,7 @@ int main(void) {
         cmocka_unit_test(statements),
         cmocka_unit_test(filters_and_methods),
         cmocka_unit_test(sandbox_and_limits),
+        cmocka_unit_test(smollm2_jinja_equals_builtin_chatml),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -843,7 +843,64 @@ def t_structured(srv):
 
 # ---------------------------------------------------------------------------------------------------------------
 
+# A template of our own for a model's chat_template_file: it shows what reaches it (tools, kwargs, tool messages)
+# and refuses a conversation the way real templates do (raise_exception).
+CUSTOM_TEMPLATE = """{%- if messages[0].content == 'forbidden' %}{{ raise_exception('Roles must alternate (custom).') }}{% endif -%}
+{%- for m in messages %}<{{ m.role }}>{{ m.content }}{% if m.tool_call_id is defined %}[{{ m.tool_call_id }}]{% endif %}
+{% endfor -%}
+{%- if tools %}tools: {{ tools | map(attribute='function.name') | join(',') }}
+{% endif -%}
+thinking={{ enable_thinking | default('unset') }} bos={{ bos_token is defined }}
+{%- if add_generation_prompt %}
+<assistant>{% endif %}"""
+
+
+def t_chat_templates(srv):
+    # The model's own template (the test engine's ChatML, through the Jinja engine) on /apply-template ...
+    status, body = srv.json("POST", "/apply-template", {"model": "alpha", "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi {{ x }}"}]})
+    want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi {{ x }}<|im_end|>\n<|im_start|>assistant\n"
+    check(status == 200 and body.get("prompt") == want, f"/apply-template: {status} {body!r}")
+    # ... is the template /api/show returns, and `switchyard chat-template` renders the same from it
+    status, show = srv.json("POST", "/api/show", {"model": "alpha"})
+    check(status == 200 and "<|im_start|>" in show.get("template", ""), f"/api/show template: {status} {show!r}")
+    tpl = os.path.join(srv.dir, "alpha.jinja")
+    with open(tpl, "w") as f:
+        f.write(show["template"])
+    req = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi {{ x }}"}],
+           "add_generation_prompt": True}
+    out = subprocess.run([ARGS.switchyard, "chat-template", tpl], input=json.dumps(req).encode(), capture_output=True)
+    check(out.returncode == 0 and out.stdout.decode() == want, f"chat-template verb: {out.returncode} {out.stdout!r} {out.stderr!r}")
+    # A configured template file: tools, chat_template_kwargs and tool messages reach it; its refusal is a 400.
+    path = os.path.join(ARGS.work_dir, "custom.jinja")
+    with open(path, "w") as f:
+        f.write(CUSTOM_TEMPLATE)
+    custom = Server("jinja", model_section("custom", "alpha.model", "g", extra=f"chat_template_file = {path}"))
+    try:
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+                 {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+        status, body = custom.json("POST", "/apply-template", {
+            "model": "custom", "tools": tools, "chat_template_kwargs": {"enable_thinking": False},
+            "messages": [{"role": "user", "content": "Weather?"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})
+        # (what jinja2 renders for it: trim_blocks eats the newline after each block tag)
+        want = "<user>Weather?<assistant><tool>sunny[c1]tools: get_weather,search\nthinking=False bos=True<assistant>"
+        check(status == 200 and body.get("prompt") == want, f"custom /apply-template: {status} {body!r}")
+        status, body = custom.json("POST", "/v1/chat/completions", {
+            "model": "custom", "max_tokens": 2, "messages": [{"role": "user", "content": "forbidden"}]})
+        check(status == 400 and "Roles must alternate (custom)." in json.dumps(body),
+              f"a template's raise_exception: {status} {body!r}")
+        r = custom.openai().chat.completions.create(model="custom", max_tokens=3,
+                                                    messages=[{"role": "user", "content": "fine"}])
+        check(r.usage.prompt_tokens > 0 and r.choices[0].message.content is not None, f"chat through it: {r}")
+    finally:
+        custom.stop()
+
+
 TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_structured,
+         t_chat_templates,
          t_speculative, t_ollama,
          t_ollama_keep_alive, t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
 

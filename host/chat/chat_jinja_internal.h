@@ -6,8 +6,8 @@
  * jinja_builtins.c  filters, tests, globals and the methods of str, dict and list, jinja2's sandbox rules
  * chat_jinja.c    the request (cJSON) -> variables, as transformers prepares them
  */
-#ifndef SY_HOST_CHAT_JINJA_INTERNAL_H
-#define SY_HOST_CHAT_JINJA_INTERNAL_H
+#ifndef SY_HOST_CHAT_CHAT_JINJA_INTERNAL_H
+#define SY_HOST_CHAT_CHAT_JINJA_INTERNAL_H
 
 #include <setjmp.h>
 #include <stdbool.h>
@@ -172,7 +172,12 @@ typedef struct jj_render {
     size_t err_size;
     uint32_t line; /* of the node being evaluated */
     jj_frame *globals;
+    /* the C stack at the render's start: deep nesting (macros calling macros over deep expressions) fails before
+     * it uses more than JJ_STACK_BUDGET bytes of the calling thread's stack */
+    const char *stack_base;
 } jj_render;
+
+#define JJ_STACK_BUDGET ((size_t)1 << 20)
 
 /* arena */
 void jj_arena_init(jj_arena *a, size_t limit);
@@ -268,6 +273,10 @@ jj_value jj_loop_attr(jj_render *r, jj_loop *l, const char *name, size_t n);
 /* the render: variables already in r->globals */
 int jj_render_template(jj_render *r, const sy_chat_jinja *t);
 void jj_render_cleanup(jj_render *r);
+/* A scratch buffer freed by jj_buf_end, or by the cleanup when the render fails in between (a longjmp past the
+ * function that holds it): every heap buffer of a render is one of these. */
+sy_buf *jj_buf_begin(jj_render *r);
+void jj_buf_end(jj_render *r, sy_buf *b);
 void jj_step(jj_render *r);
 void jj_emit(jj_render *r, const char *p, size_t n);
 
