@@ -60,6 +60,7 @@ static void gen_callback(void *user, const sy_gen_event *ev) {
         break;
     case SY_GEN_EVENT_DONE:
         snprintf(e->finish_reason, sizeof e->finish_reason, "%s", ev->finish_reason ? ev->finish_reason : "stop");
+        e->stop_index = ev->stop_index;
         e->usage = ev->usage;
         break;
     case SY_GEN_EVENT_ERROR:

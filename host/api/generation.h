@@ -26,6 +26,7 @@ typedef struct sy_api_event {
     sy_gen_logprob top[SY_GEN_MAX_TOP_LOGPROBS];
     uint32_t n_top;
     char finish_reason[16]; /* DONE */
+    int stop_index;         /* DONE: the stop string that ended it (sy_gen_params.stop index), or -1 */
     sy_gen_usage usage;     /* DONE and ERROR */
     char *message;          /* ERROR */
     double time;            /* when the engine thread emitted it (sy_now_seconds) */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <xxhash.h>
+#include "api/chat_output.h"
+#include "api/chat_tools.h"
 #include "api/constraint.h"
 #include "api/context.h"
 #include "api/fim.h"
@@ -218,10 +220,8 @@ static int apply_num_ctx(const sy_api_model *m, uint32_t num_ctx, size_t n_promp
 
 /* Features Ollama has that this server does not: refused by name. */
 static int refuse_unsupported(const cJSON *body, sy_api_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "tools", "tools are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "images");
+    /* tools and think are api/chat_tools.c's. */
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "images");
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
         return sy_api_fail(e, 400, "unsupported_parameter", "images", "image inputs are not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "template");
@@ -243,7 +243,42 @@ typedef struct ollama_request {
     char model[SY_CONFIG_MAX_NAME_LEN + 1];
     double t_request;
     double load_seconds;
+    sy_api_chat tools;      /* chat: tools and think (api/chat_tools.h) */
+    sy_api_chat_output out; /* chat: content, thinking and tool_calls */
 } ollama_request;
+
+static void ollama_request_free(void *p) {
+    ollama_request *q = p;
+    if (q == NULL) return;
+    sy_api_chat_free(&q->tools);
+    sy_api_chat_output_free(&q->out);
+    free(q);
+}
+
+/* A chat reply's message from what the output parser has: the pending pieces while streaming, the whole at
+ * the end of a collected reply. */
+static cJSON *chat_reply(ollama_request *q, bool done, bool whole) {
+    cJSON *o = cJSON_CreateObject();
+    char created[48];
+    now_rfc3339(created, sizeof created);
+    cJSON_AddStringToObject(o, "model", q->model);
+    cJSON_AddStringToObject(o, "created_at", created);
+    cJSON *m = cJSON_AddObjectToObject(o, "message");
+    cJSON_AddStringToObject(m, "role", "assistant");
+    const sy_chat_parse *p = sy_api_chat_output_result(&q->out);
+    const sy_buf *content = whole ? &p->content : &q->out.content;
+    const sy_buf *thinking = whole ? &p->reasoning : &q->out.reasoning;
+    cJSON_AddStringToObject(m, "content", content->data && content->len ? content->data : "");
+    if (thinking->len > 0) cJSON_AddStringToObject(m, "thinking", thinking->data);
+    cJSON *calls = sy_api_chat_output_ollama_calls(&q->out, done);
+    if (calls != NULL) cJSON_AddItemToObject(m, "tool_calls", calls);
+    if (!whole) {
+        sy_buf_clear(&q->out.content);
+        sy_buf_clear(&q->out.reasoning);
+    }
+    cJSON_AddBoolToObject(o, "done", done);
+    return o;
+}
 
 static cJSON *reply_object(const ollama_request *q, const char *text, bool done) {
     cJSON *o = cJSON_CreateObject();
@@ -284,6 +319,16 @@ static void ndjson_line(sy_buf *out, cJSON *json) {
 static void ndjson_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
     ollama_request *q = state;
     if (ev->type == SY_GEN_EVENT_TEXT) {
+        if (q->chat && q->out.started) {
+            sy_api_chat_output_feed(&q->out, ev->text, ev->text_len);
+            cJSON_Delete(q->out.openai_calls);
+            q->out.openai_calls = NULL;
+            const sy_chat_parse *p = sy_api_chat_output_result(&q->out);
+            bool call_done = q->out.whole_calls < p->n_calls && p->calls[q->out.whole_calls].complete;
+            if (q->out.content.len > 0 || q->out.reasoning.len > 0 || call_done)
+                ndjson_line(out, chat_reply(q, false, false));
+            return;
+        }
         if (ev->text_len > 0) ndjson_line(out, reply_object(q, ev->text, false));
         return;
     }
@@ -297,12 +342,18 @@ static void ndjson_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy
         ndjson_line(out, o);
         return;
     }
-    cJSON *o = reply_object(q, "", true);
+    cJSON *o;
+    if (q->chat && q->out.started) {
+        sy_api_chat_output_finish(&q->out);
+        o = chat_reply(q, true, false);
+    } else {
+        o = reply_object(q, "", true);
+    }
     add_final_fields(q, o, ev);
     ndjson_line(out, o);
 }
 
-static const sy_api_stream_ops ndjson_ops = {ndjson_format, free};
+static const sy_api_stream_ops ndjson_ops = {ndjson_format, ollama_request_free};
 
 static void respond_collected(sy_http_request *r, ollama_request *q, sy_api_gen *g) {
     sy_buf text;
@@ -319,7 +370,14 @@ static void respond_collected(sy_http_request *r, ollama_request *q, sy_api_gen 
         } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
             sy_http_respond_error(r, 503, NULL, NULL, "the server is shutting down");
         } else {
-            cJSON *o = reply_object(q, text.data ? text.data : "", true);
+            cJSON *o;
+            if (q->chat && q->out.started) {
+                sy_api_chat_output_feed(&q->out, text.data ? text.data : "", text.len);
+                sy_api_chat_output_finish(&q->out);
+                o = chat_reply(q, true, true);
+            } else {
+                o = reply_object(q, text.data ? text.data : "", true);
+            }
             add_final_fields(q, o, ev);
             sy_http_respond_json(r, 200, o);
         }
@@ -368,6 +426,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     ollama_request *q = sy_xcalloc(1, sizeof *q);
     q->chat = chat;
     q->t_request = sy_http_start_time(r);
+    sy_api_chat_init(&q->tools);
     sy_api_messages messages;
     memset(&messages, 0, sizeof messages);
     sy_api_model m;
@@ -405,6 +464,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         if (msgs != NULL && !cJSON_IsNull(msgs) && sy_api_parse_messages(msgs, "messages", &messages, &e) != 0)
             goto fail;
         empty = messages.n == 0;
+        if (!empty && sy_api_chat_from_ollama(body, &q->tools, &e) != 0) goto fail;
     } else {
         if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, &e) != 0) goto fail;
         if (sy_json_get_string(body, NULL, "system", &system, NULL, &e) != 0) goto fail;
@@ -416,7 +476,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         load_or_unload(r, q, model_name, keep_alive);
         cJSON_Delete(body);
         sy_api_messages_free(&messages);
-        free(q);
+        ollama_request_free(q);
         return;
     }
 
@@ -427,12 +487,8 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     apply_keep_alive(r, m.name, keep_alive);
     if (chat) {
         size_t len = 0;
-        sy_api_chat_request cq = {.items = messages.items,
-                                  .n_items = messages.n,
-                                  .messages = cJSON_GetObjectItemCaseSensitive(body, "messages"),
-                                  .tools = cJSON_GetObjectItemCaseSensitive(body, "tools"),
-                                  .add_generation_prompt = true};
-        if (sy_api_render_chat_request(r, &m, &cq, &prompt_text, &len, &e) != 0) goto fail;
+        if (sy_api_chat_prepare(r, &m, &q->tools, &params, &prompt_text, &len, &e) != 0) goto fail;
+        sy_api_chat_output_init(&q->out, &q->tools.parse, params.sampling.seed ^ (uint64_t)(q->t_request * 1e6));
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
     } else if (suffix != NULL && suffix[0] != '\0') {
         /* fill-in-the-middle (Ollama's insert capability): the prompt is the text before the cursor */
@@ -466,7 +522,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     }
     respond_collected(r, q, g);
     sy_api_gen_finish(g);
-    free(q);
+    ollama_request_free(q);
     return;
 
 fail:
@@ -477,7 +533,7 @@ fail:
     free(prompt_text);
     sy_api_messages_free(&messages);
     cJSON_Delete(body);
-    free(q);
+    ollama_request_free(q);
 }
 
 void sy_api_ollama_chat(sy_http_request *r) { ollama_generate(r, true); }
@@ -612,6 +668,7 @@ void sy_api_ollama_show(sy_http_request *r) {
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
     char *template_text = lm ? sy_api_model_template_text(r, &m, false) : NULL; /* the one requests are rendered with */
     cJSON_AddStringToObject(json, "template", template_text ? template_text : "");
+    sy_api_template_capabilities(template_text, NULL, caps);
     free(template_text);
     cJSON_AddItemToObject(json, "details", sy_api_model_details(cm, meta));
     /* the file's metadata; the chat template is under "template" */

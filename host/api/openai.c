@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "api/chat_output.h"
+#include "api/chat_tools.h"
 #include "api/constraint.h"
 #include "api/context.h"
 #include "api/fim.h"
@@ -33,12 +35,17 @@ typedef struct openai_request {
     size_t text_offset;   /* completions logprobs: bytes of text so far */
     bool sent_first;      /* stream: the opening chunk went out */
     uint32_t n_choices;   /* n: independent samples of one prompt */
+    sy_api_chat tools;    /* chat: tools, tool_choice, reasoning (api/chat_tools.h) */
+    sy_api_chat_output out; /* chat: the output as content, reasoning_content and tool_calls */
+    uint64_t out_seed;      /* chat: what tool-call ids are drawn from (per choice: xor its index) */
 } openai_request;
 
 static void openai_request_free(void *p) {
     openai_request *q = p;
     if (q == NULL) return;
     free(q->echo_text);
+    sy_api_chat_free(&q->tools);
+    sy_api_chat_output_free(&q->out);
     free(q);
 }
 
@@ -49,15 +56,10 @@ static void openai_request_free(void *p) {
 
 /* Refuse, by name, the features this server does not implement, rather than silently ignoring them. */
 static int refuse_unsupported(const cJSON *body, bool chat, sy_api_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "tools");
-    if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "tools", "tools (function calling) are not supported");
-    v = cJSON_GetObjectItemCaseSensitive(body, "functions");
-    if (chat && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
-        return sy_api_fail(e, 400, "unsupported_parameter", "functions", "functions are not supported");
+    (void)chat; /* chat tools and functions are api/chat_tools.c's */
     /* Fields that would change the output and are not implemented. (user, store, metadata, service_tier and
      * prediction change nothing here: they are accepted and ignored.) */
-    v = cJSON_GetObjectItemCaseSensitive(body, "audio");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "audio");
     if (v != NULL && !cJSON_IsNull(v))
         return sy_api_fail(e, 400, "unsupported_parameter", "audio", "audio output is not supported");
     v = cJSON_GetObjectItemCaseSensitive(body, "modalities");
@@ -354,9 +356,9 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
             }
         }
         if (q->chat) {
-            cJSON *delta = cJSON_CreateObject();
-            cJSON_AddStringToObject(delta, "content", ev->text);
-            sse_choice(q, out, delta, NULL, lp, NULL);
+            sy_api_chat_output_feed(&q->out, ev->text, ev->text_len);
+            cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
+            if (delta != NULL || lp != NULL) sse_choice(q, out, delta, NULL, lp, NULL);
         } else {
             sse_choice(q, out, NULL, ev->text, lp, NULL);
         }
@@ -378,7 +380,14 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
         sy_buf_puts(out, "data: [DONE]\n\n");
         return;
     }
-    sse_choice(q, out, NULL, NULL, NULL, finish_reason(ev->finish_reason));
+    const char *reason = finish_reason(ev->finish_reason);
+    if (q->chat) {
+        sy_api_chat_output_finish(&q->out);
+        cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
+        if (delta != NULL) sse_choice(q, out, delta, NULL, NULL, NULL);
+        if (sy_api_chat_output_has_calls(&q->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
+    }
+    sse_choice(q, out, NULL, NULL, NULL, reason);
     if (q->include_usage) {
         cJSON *o = envelope(q, true);
         cJSON_AddArrayToObject(o, "choices");
@@ -431,17 +440,21 @@ static void respond_collected(sy_http_request *r, openai_request *q, sy_api_gen 
             cJSON *choices = cJSON_AddArrayToObject(o, "choices");
             cJSON *c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "index", 0);
+            const char *reason = finish_reason(ev->finish_reason);
             if (q->chat) {
                 cJSON *m = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddStringToObject(m, "content", text.data ? text.data : "");
+                sy_api_chat_output_feed(&q->out, text.data ? text.data : "", text.len);
+                sy_api_chat_output_finish(&q->out);
+                sy_api_chat_output_openai_message(&q->out, m);
                 cJSON_AddNullToObject(m, "refusal");
+                if (sy_api_chat_output_has_calls(&q->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
             } else {
                 cJSON_AddStringToObject(c, "text", text.data ? text.data : "");
             }
             if (lp) cJSON_AddItemToObject(c, "logprobs", lp), lp = NULL;
             else cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason", finish_reason(ev->finish_reason));
+            cJSON_AddStringToObject(c, "finish_reason", reason);
             cJSON_AddItemToArray(choices, c);
             cJSON_AddItemToObject(o, "usage", usage_json(&ev->usage));
             sy_http_respond_json(r, 200, o);
@@ -504,17 +517,25 @@ static cJSON *collect_choice(openai_request *q, sy_api_gen *g, sy_api_event *fir
         } else {
             c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "index", index);
+            const char *reason = finish_reason(ev->finish_reason);
             if (q->chat) {
+                /* each choice's text is parsed on its own: content, reasoning_content and tool_calls */
+                sy_api_chat_output out;
+                sy_api_chat_output_init(&out, &q->tools.parse, q->out_seed ^ index);
                 cJSON *m = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddStringToObject(m, "content", text.data ? text.data : "");
+                sy_api_chat_output_feed(&out, text.data ? text.data : "", text.len);
+                sy_api_chat_output_finish(&out);
+                sy_api_chat_output_openai_message(&out, m);
                 cJSON_AddNullToObject(m, "refusal");
+                if (sy_api_chat_output_has_calls(&out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
+                sy_api_chat_output_free(&out);
             } else {
                 cJSON_AddStringToObject(c, "text", text.data ? text.data : "");
             }
             if (lp) cJSON_AddItemToObject(c, "logprobs", lp), lp = NULL;
             else cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason", finish_reason(ev->finish_reason));
+            cJSON_AddStringToObject(c, "finish_reason", reason);
             *usage = ev->usage;
         }
         sy_api_event_free(ev);
@@ -610,6 +631,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     cJSON *body = NULL;
     openai_request *q = sy_xcalloc(1, sizeof *q);
     q->chat = chat;
+    sy_api_chat_init(&q->tools);
     sy_api_messages messages;
     memset(&messages, 0, sizeof messages);
     sy_api_model m;
@@ -639,6 +661,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
             sy_api_fail(&e, 400, "invalid_value", "messages", "messages must hold at least one message");
             goto fail;
         }
+        if (sy_api_chat_from_openai(body, &q->tools, &e) != 0) goto fail;
     } else {
         if (parse_completion_prompt(body, &text, &tokens, &n_tokens, &e) != 0) goto fail;
         if (sy_json_get_string(body, NULL, "suffix", &suffix, NULL, &e) != 0) goto fail;
@@ -653,16 +676,9 @@ static void openai_generate(sy_http_request *r, bool chat) {
 
     if (chat) {
         size_t len = 0;
-        /* the model's template sees the request's messages, tools and chat_template_kwargs (api/chat_prompt.h) */
-        sy_api_chat_request cq = {
-            .items = messages.items,
-            .n_items = messages.n,
-            .messages = cJSON_GetObjectItemCaseSensitive(body, "messages"),
-            .tools = cJSON_GetObjectItemCaseSensitive(body, "tools"),
-            .chat_template_kwargs = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs"),
-            .reasoning_effort = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort")),
-            .add_generation_prompt = true};
-        if (sy_api_render_chat_request(r, &m, &cq, &prompt_text, &len, &e) != 0) goto fail;
+        if (sy_api_chat_prepare(r, &m, &q->tools, &params, &prompt_text, &len, &e) != 0) goto fail;
+        q->out_seed = params.sampling.seed ^ (uint64_t)q->created;
+        sy_api_chat_output_init(&q->out, &q->tools.parse, q->out_seed);
         tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
     } else if (suffix != NULL && suffix[0] != '\0') {

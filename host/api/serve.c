@@ -2,6 +2,7 @@
 #include "api/serve.h"
 #include "api/admin.h"
 #include "api/llama_server.h"
+#include "api/anthropic.h"
 #include "api/apply_template.h"
 #include "api/ollama.h"
 #include "api/openai.h"
@@ -11,6 +12,7 @@
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST, DELETE = SY_HTTP_DELETE };
 #define OPENAI SY_API_STYLE_OPENAI
 #define OLLAMA SY_API_STYLE_OLLAMA
+#define ANTHROPIC SY_API_STYLE_ANTHROPIC
 
 static const sy_http_route routes[] = {
     {GET, "/", false, "/", OPENAI, true, sy_api_root},
@@ -23,6 +25,9 @@ static const sy_http_route routes[] = {
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
     {POST, "/v1/completions", false, "/v1/completions", OPENAI, false, sy_api_openai_completions},
+    {POST, "/v1/messages", false, "/v1/messages", ANTHROPIC, false, sy_api_anthropic_messages},
+    {POST, "/v1/messages/count_tokens", false, "/v1/messages/count_tokens", ANTHROPIC, false,
+     sy_api_anthropic_count_tokens},
     {POST, "/apply-template", false, "/apply-template", OPENAI, false, sy_api_apply_template},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},

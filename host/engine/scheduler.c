@@ -50,6 +50,7 @@ struct sy_gen {
     char *stop[SY_GEN_MAX_STOP_STRINGS]; /* owned copies; params.stop points at them */
     sy_logit_bias *logit_bias;           /* owned copy; params.sampling.logit_bias points at it */
     size_t stop_len[SY_GEN_MAX_STOP_STRINGS];
+    int stop_index; /* the stop string that matched, or -1 */
     sy_gen_callback callback;
     void *user;
 
@@ -251,6 +252,7 @@ static void emit_end(sy_gen *g, const char *finish_reason, const char *message) 
     memset(&ev, 0, sizeof ev);
     ev.token = -1;
     ev.usage = g->usage;
+    ev.stop_index = g->stop_index;
     if (message != NULL) {
         ev.type = SY_GEN_EVENT_ERROR;
         ev.message = message;
@@ -269,8 +271,9 @@ static void emit_end(sy_gen *g, const char *finish_reason, const char *message) 
 static void held_sink(void *user, const char *text, size_t len) { sy_buf_append(&((sy_gen *)user)->held, text, len); }
 
 /* Earliest complete stop string in the held text: its offset, or -1. */
-static long find_stop(const sy_gen *g) {
+static long find_stop(const sy_gen *g, int *which) {
     long best = -1;
+    *which = -1;
     for (size_t i = 0; i < g->params.n_stop; i++) {
         size_t n = g->stop_len[i];
         if (n == 0 || n > g->held.len) continue;
@@ -278,6 +281,7 @@ static long find_stop(const sy_gen *g) {
             if (best >= 0 && (long)at >= best) break;
             if (memcmp(g->held.data + at, g->stop[i], n) == 0) {
                 best = (long)at;
+                *which = (int)i;
                 break;
             }
         }
@@ -307,8 +311,10 @@ static size_t stop_prefix_tail(const sy_gen *g) {
 /* Moves what can be released from `held` to `out`. Returns true when a stop string matched (the text from the
  * match on is dropped). `final`: nothing more comes, so nothing needs holding. */
 static bool release_text(sy_gen *g, bool final) {
-    long stop_at = find_stop(g);
+    int which;
+    long stop_at = find_stop(g, &which);
     if (stop_at >= 0) {
+        g->stop_index = which;
         sy_buf_append(&g->out, g->held.data, (size_t)stop_at);
         sy_buf_clear(&g->held);
         return true;
@@ -446,6 +452,7 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     atomic_init(&g->refs, 2);
     atomic_init(&g->cancelled, 0);
     atomic_init(&g->finished, 0);
+    g->stop_index = -1;
     g->prompt = sy_xmalloc(n_prompt * sizeof *g->prompt);
     memcpy(g->prompt, prompt, n_prompt * sizeof *g->prompt);
     g->n_prompt = (uint32_t)n_prompt;
@@ -822,7 +829,7 @@ static bool slot_take_token(sy_scheduler *s, slot *sl, int32_t token, const floa
     }
 
     bool stopped = false;
-    if (!(flags & SY_TOKEN_CONTROL)) {
+    if (!(flags & SY_TOKEN_CONTROL) || g->params.special_text) {
         long n = sy_loaded_model_token_bytes(lm, token, &s->piece, &s->piece_cap);
         if (n > 0) sy_text_stream_feed(&g->utf8, s->piece, (size_t)n, held_sink, g);
         sy_buf_clear(&g->out);

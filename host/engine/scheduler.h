@@ -49,6 +49,8 @@ typedef struct sy_gen_params {
     uint32_t top_logprobs;            /* 0..SY_GEN_MAX_TOP_LOGPROBS alternatives per token */
     bool logprobs;                    /* report the chosen token's log-probability */
     bool speculative;                 /* allow the model's drafter (when configured); default true */
+    bool special_text;                /* control tokens' text is output too (tool-call and channel markers that
+                                         are special tokens: gpt-oss, Kimi K2, DeepSeek); end tokens never are */
     /* Output constrained by a grammar. Such a generation is always sampled by the host. It ends with "stop" once
      * the grammar can take nothing more (or at an end-of-generation token where the grammar is complete), with
      * "length" at max_tokens, and with ERROR when a grammar step hits a resource limit. */
@@ -95,6 +97,7 @@ typedef struct sy_gen_event {
     const char *finish_reason;  /* DONE: "stop" (end token or stop string), "length", "cancelled" */
     sy_gen_usage usage;         /* DONE and ERROR */
     const char *message;        /* ERROR */
+    int stop_index;             /* DONE: the stop string that ended it (its index among the non-empty ones), or -1 */
 } sy_gen_event;
 
 typedef void (*sy_gen_callback)(void *user, const sy_gen_event *event);

@@ -358,6 +358,17 @@ static cJSON *error_json(sy_api_style style, int status, const char *code, const
         cJSON_AddStringToObject(json, "error", message);
         return json;
     }
+    if (style == SY_API_STYLE_ANTHROPIC) {
+        const char *type = status == 401 ? "authentication_error" : status == 403 ? "permission_error"
+                         : status == 404 ? "not_found_error" : status == 413 ? "request_too_large"
+                         : status == 429 ? "rate_limit_error" : status == 503 || status == 529 ? "overloaded_error"
+                         : status >= 500 ? "api_error" : "invalid_request_error";
+        cJSON_AddStringToObject(json, "type", "error");
+        cJSON *err = cJSON_AddObjectToObject(json, "error");
+        cJSON_AddStringToObject(err, "type", type);
+        cJSON_AddStringToObject(err, "message", message);
+        return json;
+    }
     cJSON *err = cJSON_AddObjectToObject(json, "error");
     cJSON_AddStringToObject(err, "message", message);
     cJSON_AddStringToObject(err, "type", openai_error_type(status));
@@ -575,7 +586,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->t_start = sy_now_seconds();
         snprintf(r->method, sizeof r->method, "%s", method ? method : "");
         r->path = sy_strdup(url ? url : "/");
-        r->style = strncmp(r->path, "/api/", 5) == 0 ? SY_API_STYLE_OLLAMA : SY_API_STYLE_OPENAI;
+        r->style = strncmp(r->path, "/api/", 5) == 0         ? SY_API_STYLE_OLLAMA
+                   : strncmp(r->path, "/v1/messages", 12) == 0 ? SY_API_STYLE_ANTHROPIC
+                                                               : SY_API_STYLE_OPENAI;
         sy_buf_init(&r->body);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;

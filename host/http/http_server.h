@@ -31,7 +31,8 @@ typedef struct sy_http_request sy_http_request;
 /* How errors are shaped for the clients of a route. */
 typedef enum sy_api_style {
     SY_API_STYLE_OPENAI = 0, /* errors as {"error":{"message","type","param","code"}} */
-    SY_API_STYLE_OLLAMA      /* errors as {"error":"message"} */
+    SY_API_STYLE_OLLAMA,     /* errors as {"error":"message"} */
+    SY_API_STYLE_ANTHROPIC   /* errors as {"type":"error","error":{"type","message"}} */
 } sy_api_style;
 
 enum { SY_HTTP_GET = 1, SY_HTTP_POST = 2, SY_HTTP_DELETE = 4 }; /* route method bits; HEAD counts as GET */

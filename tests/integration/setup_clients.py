@@ -13,7 +13,7 @@ import subprocess
 import sys
 import venv
 
-PACKAGES = ["openai>=1.0", "ollama>=0.4", "jsonschema>=4"]
+PACKAGES = ["openai>=1.0", "ollama>=0.4", "jsonschema>=4", "anthropic>=0.40"]
 # Wanted but not required: the LangChain check runs where it installs and says so where it does not.
 OPTIONAL = ["langchain-openai>=0.2"]
 
@@ -21,7 +21,7 @@ OPTIONAL = ["langchain-openai>=0.2"]
 def have_clients(python):
     if not os.path.exists(python):
         return False
-    probe = "import openai, ollama, jsonschema; print('openai', openai.__version__)"
+    probe = "import openai, ollama, jsonschema, anthropic; print('openai', openai.__version__)"
     return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
 
 

@@ -248,7 +248,7 @@ def t_errors(srv):
                          ({"max_tokens": 0}, "max_tokens"), ({"stop": [1]}, "stop"),
                          ({"top_logprobs": 2}, "top_logprobs"), ({"messages": []}, "messages"),
                          ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
-                         ({"tools": [{"type": "function"}]}, "tools")):
+                         ({"tools": [{"type": "function"}]}, "tools[0]")):
         status, _, body = post(b + "/v1/chat/completions", {**chat, **extra})
         check(status == 400 and body["error"]["param"] == param, f"{extra}: {status} {body}")
     # A prompt longer than the context (512 tokens).
