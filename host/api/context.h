@@ -41,6 +41,9 @@ void sy_api_config_release(sy_api_context *c, const sy_config *cfg);
 /* The server's hooks: API keys (Bearer) for routes that are not open, and request metrics. */
 int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size);
 void sy_api_request_done(void *app, const char *label, int status);
+/* Origins (cors_origins) and Host names (allowed_hosts) of the current config, for the transport. */
+int sy_api_origin_policy(void *app, const char *origin);
+bool sy_api_host_allowed(void *app, const char *host);
 /* Work in flight that a stop must cancel (see sy_server_track). */
 uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg);
 void sy_api_untrack(sy_api_context *c, uint64_t handle);

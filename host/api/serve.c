@@ -6,16 +6,23 @@
 #include "api/slots.h"
 
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST };
+/* Management routes need an admin key (docs/security.md); bodies they take are small. State changes are POST
+ * only, so that an <img> or a link cannot cause one. */
+#define ADMIN SY_ROUTE_ADMIN, SMALL_BODY
+#define SMALL_BODY ((uint64_t)64 << 10)
 #define OPENAI SY_API_STYLE_OPENAI
 #define OLLAMA SY_API_STYLE_OLLAMA
 
+/* Rows may leave the trailing fields (flags, max_body) out: zero, the defaults. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const sy_http_route routes[] = {
     {GET, "/", false, "/", OPENAI, true, sy_api_root},
     {GET, "/health", false, "/health", OPENAI, true, sy_api_health},
-    {GET, "/running", false, "/running", OPENAI, false, sy_api_running},
-    {GET | POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload},
-    {GET | POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload},
-    {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics},
+    {GET, "/running", false, "/running", OPENAI, false, sy_api_running, ADMIN},
+    {POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload, ADMIN},
+    {POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload, ADMIN},
+    {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics, ADMIN},
     {GET, "/v1/models", false, "/v1/models", OPENAI, false, sy_api_openai_models},
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
@@ -23,12 +30,13 @@ static const sy_http_route routes[] = {
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},
-    {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show},
+    {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show, 0, SMALL_BODY},
     {GET, "/api/ps", false, "/api/ps", OLLAMA, false, sy_api_ollama_ps},
     {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
-    {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
-    {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
+    {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots, ADMIN},
+    {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots, ADMIN},
 };
+#pragma GCC diagnostic pop
 
 const sy_http_route *sy_api_routes(size_t *n) {
     *n = sizeof routes / sizeof *routes;
@@ -42,6 +50,8 @@ sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_m
     o.routes = sy_api_routes(&o.n_routes);
     o.app = c;
     o.authorize = sy_api_check_key;
+    o.origin_policy = sy_api_origin_policy;
+    o.host_allowed = sy_api_host_allowed;
     o.on_done = sy_api_request_done;
     sy_server *server = sy_server_start(&o, err, err_size);
     if (server == NULL) {

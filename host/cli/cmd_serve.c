@@ -223,6 +223,10 @@ int sy_cmd_serve(int argc, char **argv) {
     so.listen = st.listen;
     so.max_request_body = cfg->host.max_request_body;
     so.max_connections = cfg->host.max_connections;
+    so.max_connections_per_client = cfg->host.max_connections_per_client;
+    so.connection_reserve = cfg->host.connection_reserve;
+    so.request_timeout_s = cfg->host.request_timeout_s;
+    so.stream_timeout_s = cfg->host.stream_timeout_s;
     char err[1024];
     st.api = sy_api_serve(&so, cfg, st.mm, metrics, err, sizeof err); /* cfg now belongs to the API context */
     if (st.api == NULL) {

@@ -9,6 +9,24 @@
 #include "base/log.h"
 #include "base/util.h"
 
+/* The bytes of the vocabulary's longest token: a prompt longer than n_ctx times this cannot fit the context,
+ * which the API tells before tokenizing it. 0 when a token cannot be read (no such check then). */
+static uint32_t longest_token(const sy_loaded_model *lm) {
+    char *buf = NULL;
+    size_t cap = 0;
+    long longest = 0;
+    for (uint32_t t = 0; t < lm->info.n_vocab; t++) {
+        long n = sy_loaded_model_token_bytes(lm, (int32_t)t, &buf, &cap);
+        if (n < 0) {
+            longest = 0;
+            break;
+        }
+        if (n > longest) longest = n;
+    }
+    free(buf);
+    return (uint32_t)longest;
+}
+
 static int open_with(const sy_plugin *p, const char *path, const sy_option *options, size_t n_options,
                      sy_loaded_model *out, char *err, size_t err_size) {
     sy_model *model = NULL;
@@ -36,6 +54,7 @@ static int open_with(const sy_plugin *p, const char *path, const sy_option *opti
         out->info.max_decode_tokens = 0;
         out->info.capabilities = 0;
     }
+    out->max_token_bytes = longest_token(out);
     return 0;
 }
 
