@@ -1,6 +1,7 @@
 /* The Ollama-compatible API: /api/chat, /api/generate (NDJSON streaming by default), /api/tags, /api/show,
  * /api/ps, /api/version. */
 #include "api/ollama.h"
+#include "api/chat_tokens.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -354,9 +355,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
     q->load_seconds = m.acquire_seconds;
     apply_keep_alive(r, m.name, keep_alive);
     if (chat) {
-        size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_tokens(r, &m, messages.items, messages.n, true, &n_tokens, &e);
     } else if (raw) {
         tokens = sy_api_tokenize_prompt(&m, prompt, strlen(prompt), false, &n_tokens, &e);
     } else {
@@ -364,9 +363,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         size_t n = 0;
         if (system != NULL && system[0] != '\0') turn[n++] = (sy_chat_message){"system", system, strlen(system)};
         turn[n++] = (sy_chat_message){"user", prompt, strlen(prompt)};
-        size_t len = 0;
-        if (sy_api_render_chat(r, &m, turn, n, true, &prompt_text, &len, &e) != 0) goto fail;
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_tokens(r, &m, turn, n, true, &n_tokens, &e);
     }
     if (tokens == NULL) goto fail;
 

@@ -1,5 +1,6 @@
 /* The OpenAI-compatible API: /v1/chat/completions, /v1/completions (SSE streaming), /v1/models. */
 #include "api/openai.h"
+#include "api/chat_tokens.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -480,9 +481,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     q->created = (long long)time(NULL);
 
     if (chat) {
-        size_t len = 0;
-        if (sy_api_render_chat(r, &m, messages.items, messages.n, true, &prompt_text, &len, &e) != 0) goto fail;
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_tokens(r, &m, messages.items, messages.n, true, &n_tokens, &e);
         if (tokens == NULL) goto fail;
     } else if (text != NULL) {
         tokens = sy_api_tokenize_prompt(&m, text, strlen(text), false, &n_tokens, &e);
