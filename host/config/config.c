@@ -66,6 +66,7 @@ static const key_spec host_keys[] = {
     {"resume", V_BOOL, HOST_FIELD(resume), 0, 0},
     {"resume_no_host_cache", V_BOOL, HOST_FIELD(resume_no_host_cache), 0, 0},
     {"slot_save_path", V_PATH, HOST_FIELD(slot_save_path), 0, 0},
+    {"slot_save_max_bytes", V_SIZE, HOST_FIELD(slot_save_max_bytes), 0, (uint64_t)1 << 50},
     {"max_memory", V_SIZE, HOST_FIELD(max_memory), 0, (uint64_t)1 << 50},
     {"max_device_memory", V_SIZE, HOST_FIELD(max_device_memory), 0, (uint64_t)1 << 50},
     {"api_keys", V_KEY_LIST, HOST_FIELD(api_keys), 0, 0},
@@ -1364,6 +1365,7 @@ static sy_config *new_config(const char *source, const char *base_dir) {
     cfg->host.max_connections_per_client = SY_CONFIG_DEFAULT_MAX_PER_CLIENT;
     cfg->host.connection_reserve = SY_CONFIG_DEFAULT_CONNECTION_RESERVE;
     cfg->host.tokenize_memory = SY_CONFIG_DEFAULT_TOKENIZE_MEMORY;
+    cfg->host.slot_save_max_bytes = SY_CONFIG_DEFAULT_RESUME_MAX_BYTES;
     return cfg;
 }
 

@@ -60,6 +60,7 @@ typedef struct sy_config_host {
     bool resume;               /* restore the snapshots in resume_path at start */
     bool resume_no_host_cache; /* restore into the slots only, not into the host prefix cache */
     char *slot_save_path;      /* NULL: the slot save/restore API is off */
+    uint64_t slot_save_max_bytes; /* what the saved slots may hold together; 0: no limit; default 4 GiB */
     uint64_t max_memory;       /* bytes all loaded models may use together; 0: no limit */
     uint64_t max_device_memory; /* accelerator bytes all loaded models may use together; 0: no limit */
     sy_config_list api_keys;   /* inference endpoints; empty: no authentication */
