@@ -610,3 +610,30 @@ void sy_api_ollama_version(sy_http_request *r) {
     cJSON_AddStringToObject(json, "version", SY_VERSION);
     sy_http_respond_json(r, 200, json);
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The request's parameters without a server (the fuzz targets of tests/fuzz) */
+
+int sy_api_ollama_parse_duration(const char *s, double *seconds) { return parse_duration_string(s, seconds); }
+
+int sy_api_ollama_parse_request(const cJSON *body, bool chat, sy_gen_params *p, int64_t *keep_alive,
+                                sy_api_error *e) {
+    if (refuse_unsupported(body, e) != 0 || parse_keep_alive(body, keep_alive, e) != 0 ||
+        parse_options(body, p, e) != 0)
+        return -1;
+    if (!chat) {
+        const char *prompt = NULL, *system = NULL;
+        bool raw = false;
+        if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, e) != 0 ||
+            sy_json_get_string(body, NULL, "system", &system, NULL, e) != 0 ||
+            sy_json_get_bool(body, NULL, "raw", &raw, NULL, e) != 0)
+            return -1;
+        return 0;
+    }
+    sy_api_messages messages;
+    memset(&messages, 0, sizeof messages);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    int rc = msgs != NULL && !cJSON_IsNull(msgs) ? sy_api_parse_messages(msgs, "messages", &messages, e) : 0;
+    sy_api_messages_free(&messages);
+    return rc;
+}

@@ -589,3 +589,29 @@ void sy_api_openai_model(sy_http_request *r) {
     }
     sy_api_config_release(srv, cfg);
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The request's parameters without a server (the fuzz target of tests/fuzz) */
+
+int sy_api_openai_parse_request(const cJSON *body, bool chat, sy_gen_params *p, sy_api_error *e) {
+    openai_request q;
+    memset(&q, 0, sizeof q);
+    q.chat = chat;
+    int rc = parse_params(body, &q, p, e);
+    if (rc == 0 && chat) {
+        sy_api_messages messages;
+        memset(&messages, 0, sizeof messages);
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+        rc = msgs == NULL ? sy_api_fail(e, 400, "missing_messages", "messages", "messages is required")
+                          : sy_api_parse_messages(msgs, "messages", &messages, e);
+        sy_api_messages_free(&messages);
+    } else if (rc == 0) {
+        const char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        rc = parse_completion_prompt(body, &text, &ids, &n_ids, e);
+        free(ids);
+    }
+    free(q.echo_text);
+    return rc;
+}

@@ -398,7 +398,7 @@ static void respond_slots(sy_http_request *r, const sy_api_model *m) {
 }
 
 /* "0".."999999999" -> slot id. */
-static bool parse_slot_id(const char *s, uint32_t *out) {
+bool sy_slot_parse_id(const char *s, uint32_t *out) {
     if (s == NULL || *s == '\0' || strlen(s) > 9) return false;
     uint32_t v = 0;
     for (const char *p = s; *p; p++) {
@@ -429,7 +429,7 @@ void sy_api_slots(sy_http_request *r) {
     sy_api_error e;
     memset(&e, 0, sizeof e);
     if (!listing) {
-        if (!parse_slot_id(id_text, &slot)) {
+        if (!sy_slot_parse_id(id_text, &slot)) {
             char shown[64];
             sy_utf8_sanitize(shown, sizeof shown, id_text, strlen(id_text));
             sy_http_respond_error(r, 400, "invalid_slot", "id_slot", "'%s' is not a slot id", shown);
