@@ -25,7 +25,19 @@ struct sy_api_context {
     config_holder *current;
     config_holder *retired;
     sy_grammar_cache *grammars; /* compiled response formats, schemas and GBNF of requests */
+    sy_api_reload_fn reload;
+    void *reload_arg;
 };
+
+void sy_api_set_reload(sy_api_context *c, sy_api_reload_fn fn, void *arg) {
+    c->reload = fn;
+    c->reload_arg = arg;
+}
+
+int sy_api_reload_config(sy_api_context *c, char *msg, size_t msg_size) {
+    if (c->reload == NULL) return 1;
+    return c->reload(c->reload_arg, msg, msg_size);
+}
 
 sy_api_context *sy_api_ctx(const sy_http_request *r) { return sy_http_app(r); }
 sy_model_manager *sy_api_manager(sy_api_context *c) { return c->mm; }

@@ -23,8 +23,8 @@ int sy_api_check_messages_bytes(const sy_api_model *m, const sy_chat_message *me
                                 sy_api_error *e);
 
 /* What tokenizing may take per prompt byte, counted against the budget: the text, the token ids and the
- * tokenizer's own working memory (measured in docs/benchmarks.md). */
-#define SY_API_TOKENIZE_COST_PER_BYTE 8u
+ * tokenizer's own working memory (SentencePiece: about 20 bytes per byte, docs/benchmarks.md). */
+#define SY_API_TOKENIZE_COST_PER_BYTE 24u
 /* The budget in bytes of memory (the config's tokenize_memory; 0: none); set at start and at every reload. */
 void sy_api_tokenize_set_budget(uint64_t bytes);
 /* Take room to tokenize len prompt bytes, waiting for it; 0, or -1 with e (413 when one prompt needs more than

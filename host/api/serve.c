@@ -23,6 +23,7 @@ static const sy_http_route routes[] = {
     {POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload, ADMIN},
     {POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload, ADMIN},
     {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics, ADMIN},
+    {POST, "/reload", false, "/reload", OPENAI, false, sy_api_reload, ADMIN},
     {GET, "/v1/models", false, "/v1/models", OPENAI, false, sy_api_openai_models},
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},

@@ -178,7 +178,9 @@ def t_origins_and_hosts(srv):
     for host in ("localhost", "LOCALHOST:1", "127.0.0.1", "[::1]:8080", "myhost.lan:8080", "x.localhost"):
         st, _, _ = request(p, "GET", "/v1/models", headers={"Host": host})
         check(st == 200, f"Host {host}: {st}")
-    for path in ("/unload", "/unload/stories"):
+    st, _, b = request(p, "POST", "/reload")
+    check(st == 200, f"POST /reload: {st} {b[:200]!r}")
+    for path in ("/unload", "/unload/stories", "/reload"):
         st, h, _ = request(p, "GET", path)
         check(st == 405 and "POST" in h.get("allow", ""), f"GET {path}: {st}")
     st, _, b = request(p, "GET", "/slots?model=stories")
