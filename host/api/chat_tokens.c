@@ -191,7 +191,7 @@ int32_t *sy_api_chat_tokens(sy_http_request *r, const sy_api_model *m, const sy_
 
 int32_t *sy_api_tokenize_runs(const sy_api_model *m, const char *text, size_t len, const sy_api_token_run *v,
                               size_t n_runs, size_t *n_tokens, sy_api_error *e) {
-    if (sy_api_check_prompt_bytes(m, len, "messages", e) != 0) return NULL;
+    if (sy_api_check_prompt_bytes(m->lm, m->name, len, "messages", e) != 0) return NULL;
     if (sy_api_tokenize_reserve(len, e) != 0) return NULL;
     int32_t *all = NULL;
     size_t count = 0;

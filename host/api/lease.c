@@ -104,7 +104,7 @@ static char *read_small_file(const char *path, char *err, size_t err_size) {
 int sy_api_render_chat(sy_http_request *r, const sy_api_model *m, const sy_chat_message *messages, size_t n,
                        bool add_generation_prompt, char **text, size_t *len, sy_api_error *e) {
     *text = NULL;
-    if (sy_api_check_messages_bytes(m, messages, n, e) != 0) return -1; /* before rendering a copy */
+    if (sy_api_check_messages_bytes(m->lm, m->name, messages, n, e) != 0) return -1; /* before rendering a copy */
     const char *override = m->lease ? sy_model_lease_chat_template(m->lease) : NULL;
     char *file_text = NULL;
     char err[512] = "";
@@ -150,7 +150,7 @@ int sy_api_check_context(const sy_api_model *m, size_t n_prompt, const char *par
 int32_t *sy_api_tokenize_prompt(const sy_api_model *m, const char *text, size_t len, bool chat, size_t *n,
                                 sy_api_error *e) {
     char err[512] = "";
-    if (sy_api_check_prompt_bytes(m, len, chat ? "messages" : "prompt", e) != 0) return NULL;
+    if (sy_api_check_prompt_bytes(m->lm, m->name, len, chat ? "messages" : "prompt", e) != 0) return NULL;
     if (sy_api_tokenize_reserve(len, e) != 0) return NULL;
     uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (chat ? 0u : (uint32_t)SY_TOKENIZE_ADD_SPECIAL);
     size_t count = 0;

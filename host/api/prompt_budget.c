@@ -7,23 +7,24 @@
 #include "base/util.h"
 #include <stdint.h>
 
-int sy_api_check_prompt_bytes(const sy_api_model *m, uint64_t len, const char *param, sy_api_error *e) {
-    uint64_t longest = m->lm->max_token_bytes, n_ctx = m->lm->info.n_ctx;
+int sy_api_check_prompt_bytes(const sy_loaded_model *lm, const char *model_name, uint64_t len, const char *param,
+                              sy_api_error *e) {
+    uint64_t longest = lm->max_token_bytes, n_ctx = lm->info.n_ctx;
     if (longest == 0 || n_ctx == 0) return 0; /* unknown: the token count decides */
     uint64_t most = n_ctx * longest;
     if (len <= most) return 0;
     return sy_api_fail(e, 400, "context_length_exceeded", param,
                        "the prompt has %llu bytes, more than model %s can hold in its context of %llu tokens (its "
                        "longest token has %llu bytes, so at most %llu bytes fit)",
-                       (unsigned long long)len, m->name, (unsigned long long)n_ctx, (unsigned long long)longest,
+                       (unsigned long long)len, model_name, (unsigned long long)n_ctx, (unsigned long long)longest,
                        (unsigned long long)most);
 }
 
-int sy_api_check_messages_bytes(const sy_api_model *m, const sy_chat_message *messages, size_t n,
-                                sy_api_error *e) {
+int sy_api_check_messages_bytes(const sy_loaded_model *lm, const char *model_name, const sy_chat_message *messages,
+                                size_t n, sy_api_error *e) {
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += messages[i].content_len;
-    return sy_api_check_prompt_bytes(m, total, "messages", e);
+    return sy_api_check_prompt_bytes(lm, model_name, total, "messages", e);
 }
 
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;

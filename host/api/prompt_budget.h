@@ -10,17 +10,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/lease.h"
 #include "api/request.h"
+#include "chat/chat_template.h"
+#include "plugins/loaded_model.h"
 
 /* How long a request waits for tokenizing room before its 503. */
 #define SY_API_TOKENIZE_WAIT_S 30.0
 
 /* 400 "context_length_exceeded" (naming param) when len bytes cannot fit the model's context. */
-int sy_api_check_prompt_bytes(const sy_api_model *m, uint64_t len, const char *param, sy_api_error *e);
+int sy_api_check_prompt_bytes(const sy_loaded_model *lm, const char *model_name, uint64_t len, const char *param,
+                              sy_api_error *e);
 /* The same for the messages of a chat, counted before rendering. */
-int sy_api_check_messages_bytes(const sy_api_model *m, const sy_chat_message *messages, size_t n,
-                                sy_api_error *e);
+int sy_api_check_messages_bytes(const sy_loaded_model *lm, const char *model_name, const sy_chat_message *messages,
+                                size_t n, sy_api_error *e);
 
 /* What tokenizing may take per prompt byte, counted against the budget: the text, the token ids and the
  * tokenizer's own working memory (SentencePiece: about 20 bytes per byte, docs/benchmarks.md). */

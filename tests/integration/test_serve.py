@@ -709,6 +709,24 @@ def t_api_keys_and_reload(_main):
         time.sleep(2.5)
         check(curl_json(srv.base + "/v1/models")[0] == 200, "a broken config replaced the running one")
         check("errors; the running configuration stays" in srv.log_text(), "no message about the broken config")
+        # POST /reload with admin keys: management takes only the admin key, inference either.
+        srv.write_config("[host]\napi_keys = user-key\nadmin_api_keys = admin-key\n\n" + base_cfg)
+        status, _, body = curl_json(srv.base + "/reload", "-X", "POST")
+        check(status == 200 and body == {"status": "ok"}, f"POST /reload: {status} {body}")
+        status, _, body = curl_json(srv.base + "/running", "-H", "Authorization: Bearer user-key")
+        check(status == 401 and "admin" in body["error"]["message"], f"/running with a user key: {status} {body}")
+        status, _, _ = curl_json(srv.base + "/running", "-H", "Authorization: Bearer admin-key")
+        check(status == 200, f"/running with the admin key: {status}")
+        for key in ("user-key", "admin-key"):
+            status, _, _ = curl_json(srv.base + "/v1/models", "-H", f"Authorization: Bearer {key}")
+            check(status == 200, f"/v1/models with {key}: {status}")
+        status, _, _ = curl_json(srv.base + "/reload", "-X", "POST", "-H", "Authorization: Bearer user-key")
+        check(status == 401, f"POST /reload with a user key: {status}")
+        srv.write_config("[model.broken]\npath = \n")
+        status, _, body = curl_json(srv.base + "/reload", "-X", "POST", "-H", "Authorization: Bearer admin-key")
+        check(status == 400 and body["error"]["code"] == "reload_failed", f"POST /reload of a broken config: {status}")
+        check(curl_json(srv.base + "/running", "-H", "Authorization: Bearer admin-key")[0] == 200,
+              "a refused /reload replaced the running config")
     finally:
         srv.stop(signal.SIGINT)
 
