@@ -303,18 +303,28 @@ def t_token_arrays(srv):
     normal_client(srv, "token arrays of millions of ids")
 
 
-def open_stream(port, model, source, rcvbuf=None, max_tokens=3000):
+def open_stream(port, model, source, rcvbuf=None, max_tokens=3000, logprobs=False):
     s = connect(port, source, rcvbuf=rcvbuf, timeout=30)
-    body = json.dumps({"model": model, "prompt": "stream", "max_tokens": max_tokens, "stream": True}).encode()
-    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    req = {"model": model, "max_tokens": max_tokens, "stream": True}
+    if logprobs:  # about 2 KB per token: more than the kernel's socket buffers hold
+        req.update({"messages": [{"role": "user", "content": "stream"}], "logprobs": True, "top_logprobs": 20})
+    else:
+        req["prompt"] = "stream"
+    path = "/v1/chat/completions" if logprobs else "/v1/completions"
+    body = json.dumps(req).encode()
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     return s
 
 
 def t_stalled_readers_during_swap(srv):
-    """Streams of alpha whose clients never read; then beta (alpha's swap partner) is asked for."""
+    """Streams of alpha whose clients never read; then beta (alpha's swap partner) is asked for. Half are short
+    and their leases end with their generations; half ask for logprobs, whose formatting needs the model, so
+    their leases last until the stream is cut (20 alternatives a token: megabytes no socket buffer holds)."""
     p = srv.port
-    stalled = [open_stream(p, "alpha", "127.0.0.3", rcvbuf=2048, max_tokens=4000) for _ in range(8)]
+    stalled = [open_stream(p, "alpha", "127.0.0.3", rcvbuf=2048, max_tokens=12000 if i % 2 else 1500,
+                           logprobs=i % 2 == 1)
+               for i in range(8)]
     time.sleep(1.0)
     t0 = time.time()
     st, _, body = request(p, "POST", "/v1/completions", {"model": "beta", "prompt": "x", "max_tokens": 2},
@@ -323,6 +333,7 @@ def t_stalled_readers_during_swap(srv):
     check(st == 200, f"beta while alpha's readers stall: {st} {body[:200]!r}")
     # The leases end with the generations, and a stream nobody reads is cut after stream_timeout (2 s).
     check(took < 8.0, f"the swap to beta waited {took:.1f} s on clients that do not read")
+    check("the client stopped reading its stream" in srv.log_text(), "the server's log says no stream was cut")
     print(f"  stalled readers: the swap took {took:.2f} s", flush=True)
     for s in stalled:
         s.close()
@@ -454,6 +465,7 @@ parallel = 8
 max_queue = 64
 engine.eos_one_in = 0
 engine.delay_us = 300
+engine.n_ctx = 16384
 
 [model.beta]
 plugin = test-engine
@@ -463,6 +475,7 @@ parallel = 8
 max_queue = 64
 engine.eos_one_in = 0
 engine.delay_us = 300
+engine.n_ctx = 16384
 
 [group.solo]
 exclusive = false
