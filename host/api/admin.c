@@ -115,6 +115,22 @@ void sy_api_unload(sy_http_request *r) {
     sy_http_respond_json(r, 200, json);
 }
 
+void sy_api_reload(sy_http_request *r) {
+    char msg[600] = "";
+    int rc = sy_api_reload_config(sy_api_ctx(r), msg, sizeof msg);
+    if (rc == 1) {
+        sy_http_respond_error(r, 501, "not_supported", NULL, "this server has no configuration file to reload");
+        return;
+    }
+    if (rc != 0) {
+        sy_http_respond_error(r, 400, "reload_failed", NULL, "%s", msg[0] ? msg : "the reload failed");
+        return;
+    }
+    cJSON *json = cJSON_CreateObject();
+    cJSON_AddStringToObject(json, "status", "ok");
+    sy_http_respond_json(r, 200, json);
+}
+
 void sy_api_metrics(sy_http_request *r) {
     sy_api_context *srv = sy_api_ctx(r);
     sy_model_manager *mm = sy_api_manager(srv);

@@ -17,5 +17,7 @@ void sy_api_health(sy_http_request *r);
 void sy_api_running(sy_http_request *r);
 void sy_api_unload(sy_http_request *r);
 void sy_api_metrics(sy_http_request *r);
+/* POST /reload: the config file read again, as SIGHUP does (400 with the reason when refused). */
+void sy_api_reload(sy_http_request *r);
 
 #endif

@@ -1,5 +1,6 @@
 /* The Anthropic Messages API: /v1/messages (SSE events or one message) and /v1/messages/count_tokens. */
 #include "api/anthropic.h"
+#include "api/chat_tokens.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -595,7 +596,7 @@ static int32_t *prepare(sy_http_request *r, const cJSON *body, anthropic_request
     size_t len = 0;
     if (sy_api_chat_prepare(r, m, &q->chat, p, &text, &len, e) != 0) return NULL;
     /* Anthropic returns thinking blocks whatever the template calls them. */
-    int32_t *tokens = sy_api_tokenize_prompt(m, text, len, true, n_tokens, e);
+    int32_t *tokens = sy_api_chat_prompt_tokens_json(m, text, len, q->chat.messages, n_tokens, e);
     free(text);
     return tokens;
 }

@@ -1,6 +1,8 @@
 /* A chat request through the requested model's own Jinja template (or a built-in format where it has none). */
 #include "api/chat_prompt.h"
 
+#include "api/prompt_budget.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -233,6 +235,21 @@ static int render_builtin(const sy_api_model *m, const char *override, const cha
 int sy_api_render_chat_request(sy_http_request *r, const sy_api_model *m, const sy_api_chat_request *q, char **text,
                                size_t *len, sy_api_error *e) {
     *text = NULL;
+    /* a conversation whose text alone cannot fit the context is refused before a copy of it is rendered */
+    if (q->items != NULL && sy_api_check_messages_bytes(m->lm, m->name, q->items, q->n_items, e) != 0) return -1;
+    if (q->items == NULL && q->messages != NULL) {
+        uint64_t total = 0;
+        const cJSON *msg, *part;
+        cJSON_ArrayForEach(msg, q->messages) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+            if (cJSON_IsString(c)) total += strlen(c->valuestring);
+            else cJSON_ArrayForEach(part, c) {
+                    const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                    if (cJSON_IsString(t)) total += strlen(t->valuestring);
+                }
+        }
+        if (sy_api_check_prompt_bytes(m->lm, m->name, total, "messages", e) != 0) return -1;
+    }
     char err[1024] = "";
     char *jinja = NULL;
     bool with_tools = cJSON_IsArray(q->tools) && cJSON_GetArraySize(q->tools) > 0;

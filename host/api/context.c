@@ -8,6 +8,8 @@
 #include <strings.h>
 #include "base/util.h"
 #include "grammar/sy_grammar.h"
+#include "api/prompt_budget.h"
+#include "http/http_access.h"
 
 typedef struct config_holder {
     sy_config *cfg;
@@ -23,7 +25,19 @@ struct sy_api_context {
     config_holder *current;
     config_holder *retired;
     sy_grammar_cache *grammars; /* compiled response formats, schemas and GBNF of requests */
+    sy_api_reload_fn reload;
+    void *reload_arg;
 };
+
+void sy_api_set_reload(sy_api_context *c, sy_api_reload_fn fn, void *arg) {
+    c->reload = fn;
+    c->reload_arg = arg;
+}
+
+int sy_api_reload_config(sy_api_context *c, char *msg, size_t msg_size) {
+    if (c->reload == NULL) return 1;
+    return c->reload(c->reload_arg, msg, msg_size);
+}
 
 sy_api_context *sy_api_ctx(const sy_http_request *r) { return sy_http_app(r); }
 sy_model_manager *sy_api_manager(sy_api_context *c) { return c->mm; }
@@ -74,6 +88,7 @@ void sy_api_config_release(sy_api_context *c, const sy_config *cfg) {
 }
 
 void sy_api_replace_config(sy_api_context *c, sy_config *cfg) {
+    if (cfg != NULL) sy_api_tokenize_set_budget(cfg->host.tokenize_memory);
     config_holder *h = sy_xcalloc(1, sizeof *h);
     h->cfg = cfg;
     config_holder *old_free = NULL;
@@ -107,13 +122,30 @@ static bool equal_constant_time(const char *a, size_t a_len, const char *b, size
     return diff == 0;
 }
 
-/* 0 when authorised; else the reason in msg. */
+/* Whether key is one of list's (every item compared, so the time does not tell which one matched). */
+static bool key_in_list(const char *key, size_t key_len, const sy_config_list *list) {
+    bool ok = false;
+    for (size_t i = 0; i < list->count; i++) {
+        const char *k = list->items[i];
+        if (equal_constant_time(key, key_len, k, strlen(k))) ok = true;
+    }
+    return ok;
+}
+
+/* 0 when authorised; else the reason in msg. Management routes take the admin_api_keys (the api_keys when there
+ * are none); the others the api_keys, or an admin key. */
 int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size) {
     sy_api_context *c = app;
     const sy_config *cfg = sy_api_config_acquire(c);
     int rc = 0;
-    if (cfg != NULL && cfg->host.api_keys.count > 0) {
-        /* Authorization: Bearer KEY (OpenAI, llama.cpp), or x-api-key: KEY (Anthropic-style clients) */
+    bool admin_route = (sy_http_route_flags(r) & SY_ROUTE_ADMIN) != 0;
+    const sy_config_list *keys = NULL, *also = NULL;
+    if (cfg != NULL) {
+        const sy_config_host *h = &cfg->host;
+        if (admin_route) keys = h->admin_api_keys.count > 0 ? &h->admin_api_keys : &h->api_keys;
+        else keys = &h->api_keys, also = &h->admin_api_keys;
+    }
+    if (keys != NULL && keys->count > 0) {
         const char *auth = sy_http_header(r, "Authorization");
         const char *x_key = sy_http_header(r, "x-api-key");
         const char *key = NULL;
@@ -128,20 +160,38 @@ int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size) 
             key = auth != NULL ? auth + 7 : x_key;
             while (*key == ' ') key++;
             size_t key_len = strlen(key);
-            bool ok = false;
-            for (size_t i = 0; i < cfg->host.api_keys.count; i++) {
-                const char *k = cfg->host.api_keys.items[i];
-                /* Check every key, so the time does not tell which one matched. */
-                if (equal_constant_time(key, key_len, k, strlen(k))) ok = true;
-            }
+            bool ok = key_in_list(key, key_len, keys);
+            if (also != NULL && key_in_list(key, key_len, also)) ok = true;
             if (!ok) {
-                snprintf(msg, msg_size, "the API key is not valid");
+                snprintf(msg, msg_size, admin_route && cfg->host.admin_api_keys.count > 0
+                                            ? "this endpoint needs an admin API key (admin_api_keys)"
+                                            : "the API key is not valid");
                 rc = -1;
             }
         }
     }
     sy_api_config_release(c, cfg);
     return rc;
+}
+
+int sy_api_origin_policy(void *app, const char *origin) {
+    sy_api_context *c = app;
+    const sy_config *cfg = sy_api_config_acquire(c);
+    int verdict = SY_ORIGIN_REFUSED;
+    if (cfg != NULL)
+        verdict = sy_http_origin_check(origin, (const char *const *)cfg->host.cors_origins.items,
+                                       cfg->host.cors_origins.count);
+    sy_api_config_release(c, cfg);
+    return verdict;
+}
+
+bool sy_api_host_allowed(void *app, const char *host) {
+    sy_api_context *c = app;
+    const sy_config *cfg = sy_api_config_acquire(c);
+    bool ok = cfg != NULL && sy_http_host_check(host, (const char *const *)cfg->host.allowed_hosts.items,
+                                                cfg->host.allowed_hosts.count);
+    sy_api_config_release(c, cfg);
+    return ok;
 }
 
 void sy_api_request_done(void *app, const char *label, int status) {

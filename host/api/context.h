@@ -41,6 +41,13 @@ void sy_api_config_release(sy_api_context *c, const sy_config *cfg);
 /* The server's hooks: API keys (Bearer) for routes that are not open, and request metrics. */
 int sy_api_check_key(void *app, sy_http_request *r, char *msg, size_t msg_size);
 void sy_api_request_done(void *app, const char *label, int status);
+/* Origins (cors_origins) and Host names (allowed_hosts) of the current config, for the transport. */
+int sy_api_origin_policy(void *app, const char *origin);
+bool sy_api_host_allowed(void *app, const char *host);
+/* What POST /reload runs (the serve verb's config reload): 0, or -1 with why in msg. NULL: no reload. */
+typedef int (*sy_api_reload_fn)(void *arg, char *msg, size_t msg_size);
+void sy_api_set_reload(sy_api_context *c, sy_api_reload_fn fn, void *arg);
+int sy_api_reload_config(sy_api_context *c, char *msg, size_t msg_size); /* 1 when there is no reload */
 /* Work in flight that a stop must cancel (see sy_server_track). */
 uint64_t sy_api_track(sy_api_context *c, void (*cancel)(void *arg), void *arg);
 void sy_api_untrack(sy_api_context *c, uint64_t handle);

@@ -32,7 +32,8 @@ struct sy_api_gen {
     uint64_t track;
     sy_http_request *request;
     sy_api_context *server;
-    sy_model_lease *lease;
+    sy_model_lease *lease;  /* under lock once submitted: the end may release it from the engine thread */
+    bool release_at_end;    /* nothing reads the model after the end (no logprobs to spell out) */
     const sy_loaded_model *lm;
     char model_name[SY_CONFIG_MAX_NAME_LEN + 1];
     double t_request;
@@ -68,13 +69,23 @@ static void gen_callback(void *user, const sy_gen_event *ev) {
         e->usage = ev->usage;
         break;
     }
+    sy_model_lease *ended_lease = NULL;
     pthread_mutex_lock(&g->lock);
     if (g->tail) g->tail->next = e;
     else g->head = e;
     g->tail = e;
-    if (ev->type != SY_GEN_EVENT_TEXT) g->ended = true;
+    if (ev->type != SY_GEN_EVENT_TEXT) {
+        g->ended = true;
+        /* The model's lease ends with the generation, not with the connection: a client that does not read
+         * its answer holds no swap or unload (the lease release defers the unload off this engine thread). */
+        if (g->release_at_end) {
+            ended_lease = g->lease;
+            g->lease = NULL;
+        }
+    }
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
+    if (ended_lease != NULL) sy_model_lease_release(ended_lease);
 }
 
 /* Called by the server's stop, under its tracking lock. */
@@ -114,6 +125,8 @@ sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t 
     snprintf(g->model_name, sizeof g->model_name, "%s", m->name);
     char err[512] = "";
     int status = 0;
+    g->lease = m->lease; /* before the submit: the engine may end the generation before it returns */
+    g->release_at_end = !params->logprobs && params->top_logprobs == 0;
     sy_scheduler *sched = sy_model_lease_scheduler(m->lease);
     g->gen = sched ? sy_scheduler_submit(sched, prompt, n_prompt, params, gen_callback, g, err, sizeof err, &status)
                    : NULL;
@@ -121,13 +134,13 @@ sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t 
         if (status < 400 || status > 599) status = 503;
         sy_api_fail(e, status, status == 429 ? "queue_full" : status == 400 ? "invalid_request" : "model_unavailable",
                     NULL, "%s", err[0] ? err : "the model's scheduler refused the request");
+        g->lease = NULL; /* the caller keeps it */
         gen_free_events(g);
         pthread_cond_destroy(&g->cond);
         pthread_mutex_destroy(&g->lock);
         free(g);
         return NULL;
     }
-    g->lease = m->lease;
     m->lease = NULL;
     g->track = sy_api_track(srv, gen_stop_hook, g);
     if (g->track == 0) gen_stop_hook(g); /* the stop began meanwhile */
@@ -220,9 +233,11 @@ void sy_api_gen_finish(sy_api_gen *g) {
             if (e->type != SY_GEN_EVENT_TEXT) gen_record(g, e);
     }
     gen_free_events(g);
+    sy_model_lease *lease = g->lease;
+    g->lease = NULL;
     pthread_mutex_unlock(&g->lock);
     sy_gen_release(g->gen);
-    if (g->lease) sy_model_lease_release(g->lease);
+    if (lease) sy_model_lease_release(lease);
     if (g->unload_after) {
         int n = sy_model_manager_unload(sy_api_manager(g->server), g->model_name);
         sy_log(SY_LOG_INFO, "model %s: unloaded after the request (keep_alive 0): %d", g->model_name, n);

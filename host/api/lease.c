@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "api/context.h"
+#include "api/prompt_budget.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -109,9 +110,12 @@ int sy_api_check_context(const sy_api_model *m, size_t n_prompt, const char *par
 int32_t *sy_api_tokenize_prompt(const sy_api_model *m, const char *text, size_t len, bool chat, size_t *n,
                                 sy_api_error *e) {
     char err[512] = "";
+    if (sy_api_check_prompt_bytes(m->lm, m->name, len, chat ? "messages" : "prompt", e) != 0) return NULL;
+    if (sy_api_tokenize_reserve(len, e) != 0) return NULL;
     uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (chat ? 0u : (uint32_t)SY_TOKENIZE_ADD_SPECIAL);
     size_t count = 0;
     int32_t *tokens = sy_loaded_model_tokenize(m->lm, text, len, flags, &count, err, sizeof err);
+    sy_api_tokenize_release(len);
     if (tokens == NULL) {
         sy_api_fail(e, 400, "tokenize_failed", NULL, "the prompt could not be tokenized: %s", err);
         return NULL;

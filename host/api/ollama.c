@@ -2,6 +2,7 @@
  * /api/ps, /api/version. */
 #include "api/chat_prompt.h"
 #include "api/ollama.h"
+#include "api/chat_tokens.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -489,7 +490,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         size_t len = 0;
         if (sy_api_chat_prepare(r, &m, &q->tools, &params, &prompt_text, &len, &e) != 0) goto fail;
         sy_api_chat_output_init(&q->out, &q->tools.parse, params.sampling.seed ^ (uint64_t)(q->t_request * 1e6));
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_prompt_tokens(&m, prompt_text, len, messages.items, messages.n, &n_tokens, &e);
     } else if (suffix != NULL && suffix[0] != '\0') {
         /* fill-in-the-middle (Ollama's insert capability): the prompt is the text before the cursor */
         sy_api_fim_input fim = {.prefix = prompt, .suffix = suffix, .n_predict = params.max_tokens ? (int64_t)params.max_tokens : -1};
@@ -503,7 +504,7 @@ static void ollama_generate(sy_http_request *r, bool chat) {
         turn[n++] = (sy_chat_message){"user", prompt, strlen(prompt)};
         size_t len = 0;
         if (sy_api_render_chat(r, &m, turn, n, true, &prompt_text, &len, &e) != 0) goto fail;
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_prompt_tokens(&m, prompt_text, len, turn, n, &n_tokens, &e);
     }
     if (tokens == NULL) goto fail;
     if (apply_num_ctx(&m, num_ctx, n_tokens, &params, &e) != 0) goto fail;
@@ -738,4 +739,38 @@ void sy_api_ollama_version(sy_http_request *r) {
     cJSON_AddStringToObject(json, "version", SY_OLLAMA_API_LEVEL);
     cJSON_AddStringToObject(json, "switchyard_version", SY_VERSION);
     sy_http_respond_json(r, 200, json);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The request's parameters without a server (the fuzz targets of tests/fuzz) */
+
+int sy_api_ollama_parse_duration(const char *s, double *seconds) { return parse_duration_string(s, seconds); }
+
+int sy_api_ollama_parse_request(const cJSON *body, bool chat, sy_gen_params *p, int64_t *keep_alive,
+                                sy_api_error *e) {
+    uint32_t num_ctx = 0;
+    if (refuse_unsupported(body, e) != 0 || parse_keep_alive(body, keep_alive, e) != 0 ||
+        parse_options(body, p, &num_ctx, e) != 0)
+        return -1;
+    if (!chat) {
+        const char *prompt = NULL, *system = NULL;
+        bool raw = false;
+        if (sy_json_get_string(body, NULL, "prompt", &prompt, NULL, e) != 0 ||
+            sy_json_get_string(body, NULL, "system", &system, NULL, e) != 0 ||
+            sy_json_get_bool(body, NULL, "raw", &raw, NULL, e) != 0)
+            return -1;
+        return 0;
+    }
+    sy_api_messages messages;
+    memset(&messages, 0, sizeof messages);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    int rc = msgs != NULL && !cJSON_IsNull(msgs) ? sy_api_parse_messages(msgs, "messages", &messages, e) : 0;
+    sy_api_messages_free(&messages);
+    if (rc == 0) { /* tools, tool history and think */
+        sy_api_chat tools;
+        sy_api_chat_init(&tools);
+        rc = sy_api_chat_from_ollama(body, &tools, e);
+        sy_api_chat_free(&tools);
+    }
+    return rc;
 }

@@ -25,4 +25,11 @@ void sy_api_ollama_create(sy_http_request *r);
 void sy_api_ollama_copy(sy_http_request *r);
 void sy_api_ollama_delete(sy_http_request *r);
 
+/* The checks of /api/chat and /api/generate bodies before a model is chosen, and keep_alive's Go-duration
+ * parser (for the fuzz targets): 0, or -1 (with e). */
+#include "api/request.h"
+int sy_api_ollama_parse_request(const cJSON *body, bool chat, sy_gen_params *p, int64_t *keep_alive,
+                                sy_api_error *e);
+int sy_api_ollama_parse_duration(const char *s, double *seconds);
+
 #endif

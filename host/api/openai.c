@@ -1,6 +1,7 @@
 /* The OpenAI-compatible API: /v1/chat/completions, /v1/completions (SSE streaming), /v1/models. */
 #include "api/chat_prompt.h"
 #include "api/openai.h"
+#include "api/chat_tokens.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -679,7 +680,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
         if (sy_api_chat_prepare(r, &m, &q->tools, &params, &prompt_text, &len, &e) != 0) goto fail;
         q->out_seed = params.sampling.seed ^ (uint64_t)q->created;
         sy_api_chat_output_init(&q->out, &q->tools.parse, q->out_seed);
-        tokens = sy_api_tokenize_prompt(&m, prompt_text, len, true, &n_tokens, &e);
+        tokens = sy_api_chat_prompt_tokens(&m, prompt_text, len, messages.items, messages.n, &n_tokens, &e);
         if (tokens == NULL) goto fail;
     } else if (suffix != NULL && suffix[0] != '\0') {
         /* fill-in-the-middle: the prompt is the text before the cursor */
@@ -843,4 +844,36 @@ void sy_api_openai_model(sy_http_request *r) {
         sy_http_respond_json(r, 200, model_object(cm));
     }
     sy_api_config_release(srv, cfg);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The request's parameters without a server (the fuzz target of tests/fuzz) */
+
+int sy_api_openai_parse_request(const cJSON *body, bool chat, sy_gen_params *p, sy_api_error *e) {
+    openai_request q;
+    memset(&q, 0, sizeof q);
+    q.chat = chat;
+    int rc = parse_params(body, &q, p, e);
+    if (rc == 0 && chat) {
+        sy_api_messages messages;
+        memset(&messages, 0, sizeof messages);
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+        rc = msgs == NULL ? sy_api_fail(e, 400, "missing_messages", "messages", "messages is required")
+                          : sy_api_parse_messages(msgs, "messages", &messages, e);
+        sy_api_messages_free(&messages);
+        if (rc == 0) { /* tools, tool_choice, tool history, reasoning options */
+            sy_api_chat tools;
+            sy_api_chat_init(&tools);
+            rc = sy_api_chat_from_openai(body, &tools, e);
+            sy_api_chat_free(&tools);
+        }
+    } else if (rc == 0) {
+        const char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        rc = parse_completion_prompt(body, &text, &ids, &n_ids, e);
+        free(ids);
+    }
+    free(q.echo_text);
+    return rc;
 }

@@ -54,6 +54,26 @@ static bool has_nul_escape(const char *s, size_t len) {
     return false;
 }
 
+/* At least the number of values a JSON text holds (commas and openings outside strings, plus one), counted
+ * before parsing: each becomes a tree node of cJSON's (about 64 bytes), so a body of a million small numbers
+ * would take far more memory than its bytes. */
+static size_t json_value_bound(const char *s, size_t len) {
+    size_t n = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == '{') {
+            n++;
+        }
+    }
+    return n;
+}
+
 int sy_api_parse_body(sy_http_request *r, cJSON **out, sy_api_error *e) {
     size_t len = 0;
     const char *body = sy_http_body(r, &len);
@@ -62,6 +82,11 @@ int sy_api_parse_body(sy_http_request *r, cJSON **out, sy_api_error *e) {
     while (start < len && (body[start] == ' ' || body[start] == '\t' || body[start] == '\n' || body[start] == '\r'))
         start++;
     if (start == len) return sy_api_fail(e, 400, "invalid_json", NULL, "the request body is empty; a JSON object was expected");
+    size_t values = json_value_bound(body, len);
+    if (values > SY_API_MAX_JSON_VALUES)
+        return sy_api_fail(e, 413, "request_too_large", NULL,
+                           "the request body holds about %zu JSON values; at most %u are accepted", values,
+                           (unsigned)SY_API_MAX_JSON_VALUES);
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (json == NULL) {

@@ -34,7 +34,11 @@ int sy_api_respond_error(sy_http_request *r, const sy_api_error *e);
  * JSON. Each getter leaves *out alone when the key is absent (or JSON null), sets *present when given, and
  * fails with 400 naming `prefix key` when the value has the wrong type or range. */
 
-/* The body as a JSON object: 400 for malformed JSON, a non-object, or a string holding \u0000. */
+/* The most values (numbers, strings, ... each array item counts) a request body may hold: a parsed value takes
+ * about 64 bytes, so this bounds a body's tree at about 64 MiB whatever its bytes. */
+#define SY_API_MAX_JSON_VALUES (1u << 20)
+/* The body as a JSON object: 400 for malformed JSON, a non-object, or a string holding \u0000; 413 for more
+ * than SY_API_MAX_JSON_VALUES values. */
 int sy_api_parse_body(sy_http_request *r, cJSON **out, sy_api_error *e);
 int sy_json_get_string(const cJSON *obj, const char *prefix, const char *key, const char **out, bool *present,
                        sy_api_error *e);

@@ -10,17 +10,25 @@
 #include "api/slots.h"
 
 enum { GET = SY_HTTP_GET, POST = SY_HTTP_POST, DELETE = SY_HTTP_DELETE };
+/* Management routes need an admin key (docs/security.md); bodies they take are small. State changes are POST
+ * only, so that an <img> or a link cannot cause one. */
+#define ADMIN SY_ROUTE_ADMIN, SMALL_BODY
+#define SMALL_BODY ((uint64_t)64 << 10)
 #define OPENAI SY_API_STYLE_OPENAI
 #define OLLAMA SY_API_STYLE_OLLAMA
 #define ANTHROPIC SY_API_STYLE_ANTHROPIC
 
+/* Rows may leave the trailing fields (flags, max_body) out: zero, the defaults. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const sy_http_route routes[] = {
     {GET, "/", false, "/", OPENAI, true, sy_api_root},
     {GET, "/health", false, "/health", OPENAI, true, sy_api_health},
-    {GET, "/running", false, "/running", OPENAI, false, sy_api_running},
-    {GET | POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload},
-    {GET | POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload},
-    {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics},
+    {GET, "/running", false, "/running", OPENAI, false, sy_api_running, ADMIN},
+    {POST, "/unload", false, "/unload", OPENAI, false, sy_api_unload, ADMIN},
+    {POST, "/unload/", true, "/unload/{model}", OPENAI, false, sy_api_unload, ADMIN},
+    {GET, "/metrics", false, "/metrics", OPENAI, false, sy_api_metrics, ADMIN},
+    {POST, "/reload", false, "/reload", OPENAI, false, sy_api_reload, ADMIN},
     {GET, "/v1/models", false, "/v1/models", OPENAI, false, sy_api_openai_models},
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
@@ -32,7 +40,7 @@ static const sy_http_route routes[] = {
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},
-    {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show},
+    {POST, "/api/show", false, "/api/show", OLLAMA, false, sy_api_ollama_show, 0, SMALL_BODY},
     {GET, "/api/ps", false, "/api/ps", OLLAMA, false, sy_api_ollama_ps},
     {GET, "/api/version", false, "/api/version", OLLAMA, false, sy_api_ollama_version},
     {POST, "/api/pull", false, "/api/pull", OLLAMA, false, sy_api_ollama_pull},
@@ -44,8 +52,8 @@ static const sy_http_route routes[] = {
     {POST, "/detokenize", false, "/detokenize", OPENAI, false, sy_api_llama_detokenize},
     {GET, "/props", false, "/props", OPENAI, false, sy_api_llama_props},
     {POST, "/infill", false, "/infill", OPENAI, false, sy_api_llama_infill},
-    {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots},
-    {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots},
+    {GET, "/slots", false, "/slots", OPENAI, false, sy_api_slots, ADMIN},
+    {POST, "/slots/", true, "/slots/{id}", OPENAI, false, sy_api_slots, ADMIN},
     /* llama-swap's: a process or peer model's own server, and the captured logs. */
     {GET | POST, "/upstream/", true, "/upstream/{model}", OPENAI, false, sy_api_upstream},
     {GET, "/logs", false, "/logs", OPENAI, false, sy_api_logs},
@@ -59,6 +67,7 @@ static const sy_http_route routes[] = {
     {POST, "/v1/responses", false, "/v1/responses", OPENAI, false, sy_api_proxy_only},
     {POST, "/v1/images/generations", false, "/v1/images/generations", OPENAI, false, sy_api_proxy_only},
 };
+#pragma GCC diagnostic pop
 
 const sy_http_route *sy_api_routes(size_t *n) {
     *n = sizeof routes / sizeof *routes;
@@ -72,6 +81,8 @@ sy_api_context *sy_api_serve(const sy_server_options *opts, sy_config *cfg, sy_m
     o.routes = sy_api_routes(&o.n_routes);
     o.app = c;
     o.authorize = sy_api_check_key;
+    o.origin_policy = sy_api_origin_policy;
+    o.host_allowed = sy_api_host_allowed;
     o.on_done = sy_api_request_done;
     o.intercept = sy_api_proxy_intercept; /* models that are processes or peers */
     sy_server *server = sy_server_start(&o, err, err_size);

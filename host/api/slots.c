@@ -3,12 +3,19 @@
  */
 #include "api/slots.h"
 
+#include <dirent.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "api/context.h"
 #include "api/lease.h"
+#include "api/slot_capture.h"
 #include "base/log.h"
 #include "persist/snapshot_store.h"
 #include "base/util.h"
@@ -57,6 +64,7 @@ typedef struct slot_job {
     const sy_loaded_model *lm;
     uint32_t slot;
     const char *path;
+    sy_slot_capture *capture; /* save: the slot's state, written to path off the engine loop */
     int status;
     sy_slot_result res;
     char err[1024];
@@ -86,17 +94,16 @@ static void save_task(sy_scheduler *s, void *user) {
         job->status = 501;
         return;
     }
-    sy_snapshot_write_stats stats = {0};
-    sy_snapshot_error e = sy_snapshot_write_file(job->path, &key, job->lm->plugin->engine_state, job->lm->model,
-                                                 seq.seq, seq.tokens, seq.n_tokens, NULL, &stats, job->err,
-                                                 sizeof job->err);
-    if (e != SY_SNAPSHOT_OK) {
-        job->status = e == SY_SNAPSHOT_ERR_ARGUMENT ? 400 : 500;
+    /* Only the copy happens here, on the engine loop; compressing and writing happen on the caller's thread. */
+    job->capture = sy_slot_capture_take(&key, job->lm->plugin->engine_state, job->lm->model, seq.seq, seq.tokens,
+                                        seq.n_tokens, job->err, sizeof job->err);
+    if (job->capture == NULL) {
+        job->status = 500;
         return;
     }
     job->status = 200;
     job->res.n_tokens = seq.n_tokens;
-    job->res.bytes = stats.file_bytes;
+    job->res.bytes = sy_slot_capture_bytes(job->capture);
 }
 
 static void restore_task(sy_scheduler *s, void *user) {
@@ -185,6 +192,17 @@ static int run_job(sy_scheduler *s, void (*fn)(sy_scheduler *, void *), slot_job
     return job->status;
 }
 
+static int path_job(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *path,
+                    void (*fn)(sy_scheduler *, void *), sy_slot_result *res, char *err, size_t err_size) {
+    slot_job *job = sy_xcalloc(1, sizeof *job);
+    job->lm = lm;
+    job->slot = slot;
+    job->path = path;
+    int status = run_job(s, fn, job, res, err, err_size);
+    free(job);
+    return status;
+}
+
 static int file_job(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir,
                     const char *filename, void (*fn)(sy_scheduler *, void *), sy_slot_result *res, char *err,
                     size_t err_size) {
@@ -194,26 +212,111 @@ static int file_job(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, c
     }
     if (!sy_slot_filename_ok(filename, err, err_size)) return 400;
     char *path = sy_path_join(dir, filename);
+    int status = path_job(s, lm, slot, path, fn, res, err, err_size);
+    free(path);
+    return status;
+}
+
+/* Bytes of the saved slots in dir (plain files, not the dot files of saves in progress), but `except`. */
+static uint64_t folder_bytes(const char *dir, const char *except) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0;
+    uint64_t total = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (ent->d_name[0] == '.' || (except != NULL && strcmp(ent->d_name, except) == 0)) continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), ent->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            total += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+/* rename(2) that fails with EEXIST instead of replacing. */
+static int rename_no_replace(const char *from, const char *to) {
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 1 /* RENAME_NOREPLACE */) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;
+#endif
+    if (link(from, to) != 0) return -1; /* a file system without renameat2: link refuses an existing name too */
+    unlink(from);
+    return 0;
+}
+
+int sy_slot_save_with(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir,
+                      const char *filename, const sy_slot_save_options *opts, sy_slot_result *res, char *err,
+                      size_t err_size) {
+    if (dir == NULL || s == NULL || lm == NULL) return file_job(s, lm, slot, dir, filename, save_task, res, err, err_size);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_size, "slot_save_path %s is not a folder", dir);
+        return 500;
+    }
+    if (!sy_slot_filename_ok(filename, err, err_size)) return 400;
+    char *path = sy_path_join(dir, filename);
+    if (!opts->overwrite && stat(path, &sb) == 0) {
+        snprintf(err, err_size, "a saved slot named '%s' exists; send \"overwrite\": true to replace it", filename);
+        free(path);
+        return 409;
+    }
+    /* Written under a dot name (which no user name can take), then moved into place once within budget. */
+    static atomic_uint staged_count;
+    char staged_name[64];
+    snprintf(staged_name, sizeof staged_name, ".saving-%ld-%u", (long)getpid(), atomic_fetch_add(&staged_count, 1));
+    char *staged = sy_path_join(dir, staged_name);
+    sy_slot_result mine;
+    memset(&mine, 0, sizeof mine);
+    if (res == NULL) res = &mine;
     slot_job *job = sy_xcalloc(1, sizeof *job);
     job->lm = lm;
     job->slot = slot;
-    job->path = path;
-    int status = run_job(s, fn, job, res, err, err_size);
+    job->path = staged;
+    int status = run_job(s, save_task, job, res, err, err_size);
+    if (status == 200) {
+        double t0 = sy_now_seconds();
+        sy_snapshot_write_stats stats = {0};
+        sy_snapshot_error e = sy_slot_capture_write(job->capture, staged, &stats, err, err_size);
+        if (e != SY_SNAPSHOT_OK) status = e == SY_SNAPSHOT_ERR_ARGUMENT ? 400 : 500;
+        res->bytes = stats.file_bytes;
+        res->ms += (sy_now_seconds() - t0) * 1000.0;
+    }
+    sy_slot_capture_free(job->capture);
     free(job);
+    if (status == 200 && opts->max_bytes > 0) {
+        uint64_t used = folder_bytes(dir, opts->overwrite ? filename : NULL);
+        if (used + res->bytes > opts->max_bytes) {
+            snprintf(err, err_size,
+                     "saving slot %u takes %llu bytes, and the saved slots hold %llu of slot_save_max_bytes (%llu): "
+                     "erase some files first",
+                     (unsigned)slot, (unsigned long long)res->bytes, (unsigned long long)used,
+                     (unsigned long long)opts->max_bytes);
+            status = 507;
+        }
+    }
+    if (status == 200) {
+        int rc = opts->overwrite ? rename(staged, path) : rename_no_replace(staged, path);
+        if (rc != 0) {
+            if (errno == EEXIST) {
+                snprintf(err, err_size, "a saved slot named '%s' exists; send \"overwrite\": true to replace it",
+                         filename);
+                status = 409;
+            } else {
+                snprintf(err, err_size, "moving the saved slot into %s: %s", path, strerror(errno));
+                status = 500;
+            }
+        }
+    }
+    if (status != 200) unlink(staged);
+    free(staged);
     free(path);
     return status;
 }
 
 int sy_slot_save(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir, const char *filename,
                  sy_slot_result *res, char *err, size_t err_size) {
-    if (dir != NULL) {
-        struct stat sb;
-        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(err, err_size, "slot_save_path %s is not a folder", dir);
-            return 500;
-        }
-    }
-    return file_job(s, lm, slot, dir, filename, save_task, res, err, err_size);
+    sy_slot_save_options opts = {false, 0};
+    return sy_slot_save_with(s, lm, slot, dir, filename, &opts, res, err, err_size);
 }
 
 int sy_slot_restore(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir,
@@ -339,7 +442,7 @@ static void respond_unloaded_slots(sy_http_request *r, const char *model_name) {
 }
 
 /* "0".."999999999" -> slot id. */
-static bool parse_slot_id(const char *s, uint32_t *out) {
+bool sy_slot_parse_id(const char *s, uint32_t *out) {
     if (s == NULL || *s == '\0' || strlen(s) > 9) return false;
     uint32_t v = 0;
     for (const char *p = s; *p; p++) {
@@ -354,16 +457,23 @@ void sy_api_slots(sy_http_request *r) {
     char model_name[SY_CONFIG_MAX_NAME_LEN + 1];
     char slot_dir[SY_CONFIG_MAX_PATH_LEN + 1];
     bool named = request_model(r, model_name, sizeof model_name, slot_dir, sizeof slot_dir);
+    uint64_t slot_max_bytes = 0;
+    {
+        const sy_config *cfg = sy_api_config_acquire(sy_api_ctx(r));
+        if (cfg != NULL) slot_max_bytes = cfg->host.slot_save_max_bytes;
+        sy_api_config_release(sy_api_ctx(r), cfg);
+    }
     const char *id_text = sy_http_path_param(r);
     bool listing = id_text == NULL || id_text[0] == '\0';
     uint32_t slot = 0;
     const char *action = sy_http_query(r, "action");
     const char *filename = NULL;
+    bool overwrite = false;
     cJSON *body = NULL;
     sy_api_error e;
     memset(&e, 0, sizeof e);
     if (!listing) {
-        if (!parse_slot_id(id_text, &slot)) {
+        if (!sy_slot_parse_id(id_text, &slot)) {
             char shown[64];
             sy_utf8_sanitize(shown, sizeof shown, id_text, strlen(id_text));
             sy_http_respond_error(r, 400, "invalid_slot", "id_slot", "'%s' is not a slot id", shown);
@@ -384,13 +494,16 @@ void sy_api_slots(sy_http_request *r) {
             sy_http_body(r, &len);
             if (len > 0) {
                 if (sy_api_parse_body(r, &body, &e) != 0 ||
-                    sy_json_get_string(body, "", "filename", &filename, NULL, &e) != 0) {
+                    sy_json_get_string(body, "", "filename", &filename, NULL, &e) != 0 ||
+                    sy_json_get_bool(body, "", "overwrite", &overwrite, NULL, &e) != 0) {
                     cJSON_Delete(body);
                     sy_api_respond_error(r, &e);
                     return;
                 }
             }
             if (filename == NULL) filename = sy_http_query(r, "filename");
+            const char *ow = sy_http_query(r, "overwrite");
+            if (ow != NULL) overwrite = strcmp(ow, "true") == 0 || strcmp(ow, "1") == 0;
             char why[256];
             if (!sy_slot_filename_ok(filename, why, sizeof why)) {
                 cJSON_Delete(body);
@@ -429,7 +542,8 @@ void sy_api_slots(sy_http_request *r) {
     cJSON *out = cJSON_CreateObject();
     cJSON_AddNumberToObject(out, "id_slot", slot);
     if (strcmp(action, "save") == 0) {
-        status = sy_slot_save(s, m.lm, slot, slot_dir, filename, &res, err, sizeof err);
+        sy_slot_save_options so = {overwrite, slot_max_bytes};
+        status = sy_slot_save_with(s, m.lm, slot, slot_dir, filename, &so, &res, err, sizeof err);
         cJSON_AddStringToObject(out, "filename", filename);
         cJSON_AddNumberToObject(out, "n_saved", res.n_tokens);
         cJSON_AddNumberToObject(out, "n_written", (double)res.bytes);
@@ -450,7 +564,11 @@ void sy_api_slots(sy_http_request *r) {
     cJSON_Delete(body); /* filename pointed into it: used above, before this */
     if (status != 200) {
         cJSON_Delete(out);
-        const char *code = status == 404 ? "not_found" : status == 409 ? "slot_busy" : status == 501 ? "not_supported"
+        const char *code = status == 404                          ? "not_found"
+                           : status == 409 && strstr(err, "exists") ? "file_exists"
+                           : status == 409                          ? "slot_busy"
+                           : status == 501                          ? "not_supported"
+                           : status == 507 ? "slot_save_budget"
                            : status == 400 ? "invalid_request" : "slot_action_failed";
         sy_http_respond_error(r, status, code, NULL, "%s", err);
         return;

@@ -39,7 +39,18 @@ typedef struct sy_slot_result {
 
 /* A plain file name: 1..255 bytes of valid UTF-8, no '/', '\\' or control characters, not starting with '.'. */
 bool sy_slot_filename_ok(const char *name, char *err, size_t err_size);
+/* A slot id in a path: "0".."999999999". */
+bool sy_slot_parse_id(const char *s, uint32_t *out);
 
+/* Save never replaces an existing file (409) unless overwrite is set, and keeps the folder's files within
+ * max_bytes (0: no limit; 507 when the new file would pass it, which is then not kept). sy_slot_save: neither. */
+typedef struct sy_slot_save_options {
+    bool overwrite;
+    uint64_t max_bytes;
+} sy_slot_save_options;
+int sy_slot_save_with(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir,
+                      const char *filename, const sy_slot_save_options *opts, sy_slot_result *res, char *err,
+                      size_t err_size);
 int sy_slot_save(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir, const char *filename,
                  sy_slot_result *res, char *err, size_t err_size);
 int sy_slot_restore(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot, const char *dir,

@@ -375,6 +375,10 @@ static int sample_constrained(sy_sampler *sampler, sy_grammar_state *st, uint32_
         return -1;
     }
     int32_t t = sy_sampler_sample(sampler, logits, history, n_history);
+    if (t == SY_SAMPLER_NO_TOKEN) {
+        sy_cli_error("generate", "%s", SY_SAMPLER_NO_TOKEN_MESSAGE);
+        return -1;
+    }
     if (st == NULL) {
         *token = t;
         return 0;

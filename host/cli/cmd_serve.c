@@ -110,21 +110,25 @@ static sy_config *load_config(const serve_state *st) {
     return sy_serve_discover_config(st->config_path, &st->sources, st->reg);
 }
 
-static void reload_config(serve_state *st, const char *why) {
+/* 0 when the new config is in effect; else -1 with why in msg (the running one stays). Serialized by the caller. */
+static int reload_config_locked(serve_state *st, const char *why, char *msg, size_t msg_size) {
     const char *what = st->config_path ? st->config_path : "the models found";
     sy_log(SY_LOG_INFO, "reloading %s (%s)", what, why);
     if (st->config_path) st->config_stat_ok = stat(st->config_path, &st->config_stat) == 0;
     sy_config *cfg = load_config(st);
     if (cfg == NULL) {
         sy_log(SY_LOG_ERROR, "the models could not be found again; the running configuration stays in effect");
-        return;
+        snprintf(msg, msg_size, "the models could not be found again; the running configuration stays in effect");
+        return -1;
     }
     if (sy_config_ok(cfg)) sy_config_check_plugin_options(cfg, st->reg);
     sy_config_print_diagnostics(cfg, stderr);
     if (!sy_config_ok(cfg)) {
         sy_log(SY_LOG_ERROR, "%s has errors; the running configuration stays in effect", what);
+        snprintf(msg, msg_size, "%s has errors (see the server's log); the running configuration stays in effect",
+                 what);
         sy_config_free(cfg);
-        return;
+        return -1;
     }
     apply_overrides(st, cfg);
     const char *listen = st->listen_override ? st->listen_override
@@ -134,11 +138,27 @@ static void reload_config(serve_state *st, const char *why) {
                st->listen);
     if (sy_model_manager_reload(st->mm, cfg) != 0) {
         sy_log(SY_LOG_ERROR, "the model manager refused the new configuration; the running one stays in effect");
+        snprintf(msg, msg_size, "the model manager refused the new configuration; the running one stays in effect");
         sy_config_free(cfg);
-        return;
+        return -1;
     }
     sy_api_replace_config(st->api, cfg);
     sy_log(SY_LOG_INFO, "configuration reloaded from %s", what);
+    return 0;
+}
+
+/* SIGHUP and --watch-config on the main thread, POST /reload on a connection's: one at a time. */
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int reload_config(serve_state *st, const char *why, char *msg, size_t msg_size) {
+    pthread_mutex_lock(&reload_lock);
+    int rc = reload_config_locked(st, why, msg, msg_size);
+    pthread_mutex_unlock(&reload_lock);
+    return rc;
+}
+
+static int reload_from_http(void *arg, char *msg, size_t msg_size) {
+    return reload_config(arg, "POST /reload", msg, msg_size);
 }
 
 static void *preload_thread(void *arg) {
@@ -295,6 +315,10 @@ int sy_cmd_serve(int argc, char **argv) {
     so.listen = st.listen;
     so.max_request_body = cfg->host.max_request_body;
     so.max_connections = cfg->host.max_connections;
+    so.max_connections_per_client = cfg->host.max_connections_per_client;
+    so.connection_reserve = cfg->host.connection_reserve;
+    so.request_timeout_s = cfg->host.request_timeout_s;
+    so.stream_timeout_s = cfg->host.stream_timeout_s;
     char err[1024];
     st.api = sy_api_serve(&so, cfg, st.mm, metrics, err, sizeof err); /* cfg now belongs to the API context */
     if (st.api == NULL) {
@@ -304,6 +328,7 @@ int sy_cmd_serve(int argc, char **argv) {
         sy_plugin_registry_close(&reg);
         return 1;
     }
+    sy_api_set_reload(st.api, reload_from_http, &st);
     fprintf(stderr, "switchyard: listening on %s (plugins from %s)\n", sy_server_url(sy_api_server(st.api)), dir);
     fflush(stderr);
 
@@ -318,7 +343,8 @@ int sy_cmd_serve(int argc, char **argv) {
         if (sig == SIGINT || sig == SIGTERM) {
             stop_signal = sig;
         } else if (sig == SIGHUP) {
-            reload_config(&st, "SIGHUP");
+            char msg[512];
+            reload_config(&st, "SIGHUP", msg, sizeof msg);
         } else if (sig < 0 && errno != EAGAIN && errno != EINTR) {
             sy_log(SY_LOG_ERROR, "sigtimedwait: %s", strerror(errno));
             stop_signal = SIGTERM;
@@ -327,7 +353,9 @@ int sy_cmd_serve(int argc, char **argv) {
         if (watch) {
             struct stat now;
             bool ok = stat(st.config_path, &now) == 0;
-            if (ok && (!st.config_stat_ok || stat_changed(&now, &st.config_stat))) reload_config(&st, "file changed");
+            char msg[512];
+            if (ok && (!st.config_stat_ok || stat_changed(&now, &st.config_stat)))
+                reload_config(&st, "file changed", msg, sizeof msg);
             else if (!ok && st.config_stat_ok) {
                 sy_log(SY_LOG_WARN, "%s: %s (watching for it to come back)", st.config_path, strerror(errno));
                 st.config_stat_ok = false;

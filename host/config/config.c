@@ -20,6 +20,7 @@
 #include "config/request_params.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -43,7 +44,9 @@ typedef enum value_type {
     V_LOG_LEVEL,
     V_DRAFT,
     V_NAME_LIST, /* aliases, members */
-    V_KEY_LIST,  /* api_keys */
+    V_KEY_LIST,  /* api_keys, admin_api_keys */
+    V_ORIGIN_LIST, /* cors_origins: "*" or scheme://host[:port] */
+    V_HOST_LIST,   /* allowed_hosts: "*" or host names */
     V_TEXT,      /* free text (cmd, proxy, ...): indented lines continue it, joined with a space */
     V_ENV_LIST,  /* NAME=VALUE items: a comma starts a new item only before NAME= (values may hold commas) */
     V_JSON_OBJECT, /* a JSON object (set_params, metadata); indented lines continue it */
@@ -70,9 +73,18 @@ static const key_spec host_keys[] = {
     {"resume_no_host_cache", V_BOOL, HOST_FIELD(resume_no_host_cache), 0, 0},
     {"drain_timeout", V_SECONDS, HOST_FIELD(drain_timeout_s), 0, 3600},
     {"slot_save_path", V_PATH, HOST_FIELD(slot_save_path), 0, 0},
+    {"slot_save_max_bytes", V_SIZE, HOST_FIELD(slot_save_max_bytes), 0, (uint64_t)1 << 50},
     {"max_memory", V_SIZE, HOST_FIELD(max_memory), 0, (uint64_t)1 << 50},
     {"max_device_memory", V_SIZE, HOST_FIELD(max_device_memory), 0, (uint64_t)1 << 50},
     {"api_keys", V_KEY_LIST, HOST_FIELD(api_keys), 0, 0},
+    {"admin_api_keys", V_KEY_LIST, HOST_FIELD(admin_api_keys), 0, 0},
+    {"cors_origins", V_ORIGIN_LIST, HOST_FIELD(cors_origins), 0, 0},
+    {"allowed_hosts", V_HOST_LIST, HOST_FIELD(allowed_hosts), 0, 0},
+    {"request_timeout", V_SECONDS, HOST_FIELD(request_timeout_s), 1, 3600},
+    {"stream_timeout", V_SECONDS, HOST_FIELD(stream_timeout_s), 1, 86400},
+    {"max_connections_per_client", V_U32, HOST_FIELD(max_connections_per_client), 1, 65536},
+    {"connection_reserve", V_U32, HOST_FIELD(connection_reserve), 1, 65535},
+    {"tokenize_memory", V_SIZE, HOST_FIELD(tokenize_memory), (uint64_t)1 << 20, (uint64_t)1 << 40},
     {"log_level", V_LOG_LEVEL, HOST_FIELD(log_level), 0, 0},
     {"http_threads", V_U32, HOST_FIELD(http_threads), 1, 256}, /* deprecated: warned about, ignored */
     {"max_connections", V_U32, HOST_FIELD(max_connections), 1, 65536},
@@ -437,6 +449,45 @@ static bool is_api_key(const char *s) {
     return n > 0 && n <= 256;
 }
 
+static bool is_host_name(const char *s, size_t n) {
+    if (n == 0 || n > 253) return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!is_alnum(ch) && ch != '-' && ch != '.' && ch != '_') return false;
+    }
+    return true;
+}
+
+/* "*", or an origin as browsers send it: scheme://host[:port] (an IPv6 host in brackets), nothing after. */
+static bool is_origin(const char *s) {
+    if (strcmp(s, "*") == 0) return true;
+    const char *sep = strstr(s, "://");
+    if (sep == NULL || sep == s || strlen(s) > 300) return false;
+    for (const char *p = s; p < sep; p++)
+        if (!is_alnum(*p) && *p != '+' && *p != '-' && *p != '.') return false;
+    const char *host = sep + 3, *end = host + strlen(host);
+    if (end > host && end[-1] == '/') end--;
+    const char *port = NULL;
+    if (*host == '[') {
+        const char *close = memchr(host, ']', (size_t)(end - host));
+        if (close == NULL || close == host + 1) return false;
+        for (const char *p = host + 1; p < close; p++)
+            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') return false;
+        if (close + 1 < end && close[1] != ':') return false;
+        if (close + 1 < end) port = close + 2;
+    } else {
+        const char *colon = memchr(host, ':', (size_t)(end - host));
+        if (!is_host_name(host, (size_t)((colon ? colon : end) - host))) return false;
+        if (colon) port = colon + 1;
+    }
+    if (port != NULL) {
+        if (port >= end || end - port > 5) return false;
+        for (const char *p = port; p < end; p++)
+            if (*p < '0' || *p > '9') return false;
+    }
+    return true;
+}
+
 /* HOST:PORT where HOST is a host name, an IPv4 address or a bracketed IPv6 address. Returns NULL when fine,
  * else what is wrong. */
 static const char *check_listen(const char *s) {
@@ -626,6 +677,18 @@ static void add_list_item(parse_ctx *c, const key_spec *spec, void *obj, const c
             /* The key itself is a secret: say what is wrong without echoing it. */
             key_error(c, spec->name, "item %zu is not an API key (1 to 256 printable characters, no spaces)",
                       list->count + 1);
+            return;
+        }
+    } else if (spec->type == V_ORIGIN_LIST) {
+        if (!is_origin(item)) {
+            key_error(c, spec->name, "%s is not an origin (* or scheme://host[:port], such as http://localhost:3000)",
+                      quoted(item, q, sizeof q));
+            return;
+        }
+    } else if (spec->type == V_HOST_LIST) {
+        if (strcmp(item, "*") != 0 && !is_host_name(item, strlen(item))) {
+            key_error(c, spec->name, "%s is not a host name (* for any, or a name such as myhost.lan)",
+                      quoted(item, q, sizeof q));
             return;
         }
     } else if (!is_name(item)) {
@@ -848,7 +911,9 @@ static void set_value(parse_ctx *c, const key_spec *spec, void *obj, const char 
         return;
     }
     case V_NAME_LIST:
-    case V_KEY_LIST: set_list(c, spec, obj, value); return;
+    case V_KEY_LIST:
+    case V_ORIGIN_LIST:
+    case V_HOST_LIST: set_list(c, spec, obj, value); return;
     case V_TEXT:
         if (value[0] == '\0') {
             key_error(c, spec->name, "the value is empty");
@@ -1170,7 +1235,8 @@ static void on_continuation(parse_ctx *c, const char *value) {
         return;
     }
     if (spec == NULL) return; /* the key was unknown, repeated or in a skipped section: already reported */
-    if (spec->type == V_NAME_LIST || spec->type == V_KEY_LIST) {
+    if (spec->type == V_NAME_LIST || spec->type == V_KEY_LIST || spec->type == V_ORIGIN_LIST ||
+        spec->type == V_HOST_LIST) {
         set_list(c, spec, section_object(c), value);
         return;
     }
@@ -1703,6 +1769,12 @@ static sy_config *new_config(const char *source, const char *base_dir) {
     cfg->host.resume_max_bytes = SY_CONFIG_DEFAULT_RESUME_MAX_BYTES;
     cfg->host.load_timeout_s = 600;
     cfg->host.start_port = 5800;
+    cfg->host.request_timeout_s = SY_CONFIG_DEFAULT_REQUEST_TIMEOUT_S;
+    cfg->host.stream_timeout_s = SY_CONFIG_DEFAULT_STREAM_TIMEOUT_S;
+    cfg->host.max_connections_per_client = SY_CONFIG_DEFAULT_MAX_PER_CLIENT;
+    cfg->host.connection_reserve = SY_CONFIG_DEFAULT_CONNECTION_RESERVE;
+    cfg->host.tokenize_memory = SY_CONFIG_DEFAULT_TOKENIZE_MEMORY;
+    cfg->host.slot_save_max_bytes = SY_CONFIG_DEFAULT_RESUME_MAX_BYTES;
     return cfg;
 }
 
@@ -1790,6 +1862,9 @@ void sy_config_free(sy_config *cfg) {
     free(h->resume_path);
     free(h->slot_save_path);
     list_free(&h->api_keys);
+    list_free(&h->admin_api_keys);
+    list_free(&h->cors_origins);
+    list_free(&h->allowed_hosts);
     for (size_t i = 0; i < cfg->n_models; i++) {
         sy_config_model *m = &cfg->models[i];
         free(m->name);

@@ -30,6 +30,11 @@
 
 /* Defaults of keys that other code needs to know. */
 #define SY_CONFIG_DEFAULT_MAX_CONNECTIONS 256u
+#define SY_CONFIG_DEFAULT_REQUEST_TIMEOUT_S 30u
+#define SY_CONFIG_DEFAULT_STREAM_TIMEOUT_S 60u
+#define SY_CONFIG_DEFAULT_MAX_PER_CLIENT 64u
+#define SY_CONFIG_DEFAULT_CONNECTION_RESERVE 16u
+#define SY_CONFIG_DEFAULT_TOKENIZE_MEMORY ((uint64_t)256 << 20)
 #define SY_CONFIG_DEFAULT_PREFIX_CACHE_TOKENS 8192u
 #define SY_CONFIG_DEFAULT_RESUME_MAX_BYTES ((uint64_t)4 << 30)
 
@@ -58,9 +63,19 @@ typedef struct sy_config_host {
     bool resume_no_host_cache; /* restore into the slots only, not into the host prefix cache */
     uint32_t drain_timeout_s;  /* at a stop, how long work in flight may finish before it is cut; default 0 */
     char *slot_save_path;      /* NULL: the slot save/restore API is off */
+    uint64_t slot_save_max_bytes; /* what the saved slots may hold together; 0: no limit; default 4 GiB */
     uint64_t max_memory;       /* bytes all loaded models may use together; 0: no limit */
     uint64_t max_device_memory; /* accelerator bytes all loaded models may use together; 0: no limit */
-    sy_config_list api_keys;   /* empty: no authentication */
+    sy_config_list api_keys;   /* inference endpoints; empty: no authentication */
+    sy_config_list admin_api_keys; /* management endpoints (/unload, /slots, /running, /metrics, /reload);
+                                    * empty: the api_keys protect them (none: open) */
+    sy_config_list cors_origins;   /* origins browsers may call from ("*": any); empty: none */
+    sy_config_list allowed_hosts;  /* Host names a loopback listener accepts besides loopback ones ("*": any) */
+    uint32_t request_timeout_s;  /* a whole request must arrive within this; default 30 */
+    uint32_t stream_timeout_s;   /* a client must take what it is sent within this; default 60 */
+    uint32_t max_connections_per_client; /* default 64 */
+    uint32_t connection_reserve; /* slots kept for addresses with at most one connection; default 16 */
+    uint64_t tokenize_memory;    /* memory tokenizing may take at once, all requests together; default 256 MiB */
     sy_log_level log_level;    /* meaningful only when log_level_set */
     bool log_level_set;
     uint32_t http_threads;       /* deprecated and ignored (one thread per connection); default 4 */

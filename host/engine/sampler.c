@@ -101,9 +101,22 @@ void sy_sampler_free(sy_sampler *s) {
 int32_t sy_argmax(const float *logits, uint32_t n) {
     uint32_t best = 0;
     for (uint32_t i = 1; i < n; i++) {
-        if (logits[i] > logits[best]) best = i;
+        if (logits[i] > logits[best] || (isnan(logits[best]) && !isnan(logits[i]))) best = i;
     }
     return (int32_t)best;
+}
+
+uint32_t sy_logits_sanitize(float *logits, uint32_t n) {
+    uint32_t finite = 0, infinite = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float l = logits[i];
+        if (isnan(l)) logits[i] = -INFINITY;
+        else if (isinf(l)) infinite += l > 0;
+        else finite++;
+    }
+    if (infinite == 0) return finite;
+    for (uint32_t i = 0; i < n; i++) logits[i] = logits[i] == INFINITY ? 0.0f : -INFINITY;
+    return infinite;
 }
 
 static void apply_penalties(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
@@ -226,6 +239,11 @@ static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, s
         logits[t] += p->logit_bias[i].bias; /* -INFINITY removes it; -100, as in llama.cpp, all but does */
     }
     apply_penalties(s, logits, history, n_history);
+    /* After the penalties, which may push a huge logit to infinity. */
+    if (sy_logits_sanitize(logits, n) == 0) {
+        memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);
+        return SY_SAMPLER_NO_TOKEN;
+    }
     memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);
     /* Greedy needs no softmax: one pass over the row, which matters with a vocabulary of 150k and several slots
      * sampled one after another on the engine loop between two decodes. */

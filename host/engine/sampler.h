@@ -44,7 +44,12 @@ typedef struct sy_sampler sy_sampler;
 sy_sampler *sy_sampler_create(const sy_sampler_params *params, uint32_t n_vocab);
 void sy_sampler_free(sy_sampler *s);
 
-/* The next token. `logits` (n_vocab floats) may be modified. `history` are the tokens so far (for penalties). */
+/* What sy_sampler_sample returns when the row has no usable logit (all NaN or -inf), and the message for it. */
+#define SY_SAMPLER_NO_TOKEN ((int32_t)-1)
+#define SY_SAMPLER_NO_TOKEN_MESSAGE "the model produced no usable logits (every one NaN or -inf); generation stopped"
+
+/* The next token, or SY_SAMPLER_NO_TOKEN. `logits` (n_vocab floats) may be modified. `history` are the tokens
+ * so far (for penalties). NaN logits count as -inf; +inf ones share all the mass. */
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history);
 
 /* The distribution sy_sampler_sample draws from for this row, without drawing: the candidates that survive the
@@ -52,6 +57,9 @@ int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, 
  * count. It consumes randomness as sampling does (XTC's coin), so it is for tests and diagnostics. */
 size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *history, size_t n_history,
                                int32_t *ids, double *probs, size_t cap);
+/* Make a row of logits safe to sample: NaN becomes -inf; when any logit is +inf, those become 0 and every other
+ * -inf (they hold all the mass). Returns how many finite logits the row has then (0: nothing can be drawn). */
+uint32_t sy_logits_sanitize(float *logits, uint32_t n);
 
 /* The probability the sampler's distribution gave each token of its last call: for logprobs. Returns the
  * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. One pass over the

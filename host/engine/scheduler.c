@@ -878,6 +878,11 @@ static void slot_sample(sy_scheduler *s, slot *sl) {
         }
     }
     int32_t token = sy_sampler_sample(g->sampler, sl->logits, sl->tokens, sl->n_tokens);
+    if (token == SY_SAMPLER_NO_TOKEN) {
+        sy_log(SY_LOG_WARN, "scheduler: slot %u: %s", (unsigned)sl->index, SY_SAMPLER_NO_TOKEN_MESSAGE);
+        slot_finish(s, sl, NULL, SY_SAMPLER_NO_TOKEN_MESSAGE);
+        return;
+    }
     /* The sampler's last-resort pick (rounding at the end of a draw) could land on a masked token. */
     if (g->gstate != NULL && (token < 0 || (uint32_t)token >= s->n_vocab || !sy_constrain_allows(g->gmask, token)))
         token = sy_argmax(sl->logits, s->n_vocab);
@@ -1044,6 +1049,11 @@ static void slot_verify_drafts(sy_scheduler *s, slot *sl, uint32_t k) {
          * this slot will not reuse beyond its prompt. */
         sl->n_tokens = keep;
         slot_finish(s, sl, NULL, masker.msg);
+        return;
+    }
+    if (v.next == SY_SAMPLER_NO_TOKEN) {
+        sl->n_tokens = keep;
+        slot_finish(s, sl, NULL, SY_SAMPLER_NO_TOKEN_MESSAGE);
         return;
     }
     for (uint32_t j = 0; j <= v.n_accepted; j++) {

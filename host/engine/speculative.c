@@ -141,6 +141,12 @@ void sy_spec_target_dist(const sy_sampler_params *params, float *logits, const i
     const sy_sampler_params *p = params;
     uint32_t n = w->n_vocab;
     apply_penalties(p, n, w->counts, logits, history, n_history);
+    if (sy_logits_sanitize(logits, n) == 0) {
+        out->ids = w->ids;
+        out->p = w->p;
+        out->n = 0; /* nothing can be drawn: the verifier stops there */
+        return;
+    }
     float max = logits[sy_argmax(logits, n)];
     double z = 0;
     for (uint32_t i = 0; i < n; i++) z += exp((double)logits[i] - max);
@@ -672,6 +678,10 @@ void sy_spec_seq_verify_masked(sy_spec_seq *q, sy_sampler *sampler, const int32_
         }
         sy_spec_dist d;
         sy_spec_target_dist(&q->params, row, history, n_seen, q->work, &d);
+        if (d.n == 0) {
+            next = SY_SAMPLER_NO_TOKEN;
+            break;
+        }
         int32_t replacement = -1;
         if (sy_spec_accept_point(&d, x, &q->rng, rule, &replacement)) {
             accepted++;

@@ -22,6 +22,8 @@
 #include "base/log.h"
 #include "base/utf8.h"
 #include "base/util.h"
+#include "http/http_access.h"
+#include "http/http_guard.h"
 
 /* How long a stop waits for cancelled generations to finish their responses. */
 #define SY_SERVER_STOP_GRACE_S 5.0
@@ -58,6 +60,8 @@ struct sy_server {
     uint16_t port;
     uint64_t max_body;
     unsigned idle_timeout_s;
+    bool loopback; /* listening on a loopback address: the Host header is checked (DNS rebinding) */
+    sy_http_guard *guard;
     sy_server_options opts; /* routes, app and hooks */
     pthread_mutex_t lock; /* tracked work */
     track_entry *tracked;
@@ -77,10 +81,14 @@ struct sy_http_request {
     const char *path_param;
     sy_api_style style;
     sy_buf body;
+    uint64_t max_body; /* the route's */
     bool body_too_large;
+    char *cors_origin; /* the Access-Control-Allow-Origin of the answers; NULL: none */
+    sy_http_guard_conn *guard;
     bool responded;
     int status;
     bool keep_open;
+    bool streaming;
     double t_start;
     int fd;
 };
@@ -250,6 +258,7 @@ const char *sy_http_method(const sy_http_request *r) { return r->method; }
 const char *sy_http_path(const sy_http_request *r) { return r->path; }
 const char *sy_http_path_param(const sy_http_request *r) { return r->path_param ? r->path_param : ""; }
 sy_api_style sy_http_style(const sy_http_request *r) { return r->style; }
+unsigned sy_http_route_flags(const sy_http_request *r) { return r->route ? r->route->flags : 0; }
 double sy_http_start_time(const sy_http_request *r) { return r->t_start; }
 int sy_http_client_fd(const sy_http_request *r) { return r->fd; }
 
@@ -308,7 +317,11 @@ static int queue_response(sy_http_request *r, int status, struct MHD_Response *r
 #ifdef SY_VERSION
     MHD_add_response_header(resp, "X-Switchyard-Version", SY_VERSION); /* /api/version answers Ollama's level */
 #endif
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    if (r->cors_origin != NULL) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+        if (strcmp(r->cors_origin, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    if (!r->streaming) sy_http_guard_set_phase(r->server->guard, r->guard, SY_GUARD_ANSWERING);
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned int)status, resp);
     MHD_destroy_response(resp);
     r->responded = true;
@@ -412,6 +425,8 @@ int sy_http_respond_error(sy_http_request *r, int status, const char *code, cons
 }
 
 typedef struct stream_adapter {
+    sy_http_guard *guard;
+    sy_http_guard_conn *conn;
     sy_http_reader reader;
     void *cls;
     void (*free_cls)(void *cls);
@@ -420,7 +435,11 @@ typedef struct stream_adapter {
 static ssize_t stream_adapter_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_adapter *a = cls;
+    /* While the reader waits for the generation the client owes nothing; once it has bytes, the client must
+     * take them within the stream timeout (the watchdog cuts it otherwise). */
+    sy_http_guard_stream_waiting(a->guard, a->conn, true);
     ssize_t n = a->reader(a->cls, buf, max);
+    sy_http_guard_stream_waiting(a->guard, a->conn, false);
     if (n == SY_HTTP_STREAM_END) return MHD_CONTENT_READER_END_OF_STREAM;
     if (n <= 0) return MHD_CONTENT_READER_END_WITH_ERROR;
     return n;
@@ -485,6 +504,8 @@ int sy_http_respond_stream_status(sy_http_request *r, int status, const char *co
     a->reader = reader;
     a->cls = cls;
     a->free_cls = free_cls;
+    a->guard = r->server->guard;
+    a->conn = r->guard;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_adapter_read, a, stream_adapter_free);
     if (resp == NULL) {
@@ -506,6 +527,8 @@ int sy_http_respond_stream_status(sy_http_request *r, int status, const char *co
         MHD_add_response_header(resp, name, value);
     }
     sy_http_keep_open(r);
+    r->streaming = true;
+    sy_http_guard_stream_waiting(r->server->guard, r->guard, false);
     return queue_response(r, status, resp);
 }
 
@@ -536,10 +559,49 @@ static void respond_preflight(sy_http_request *r) {
     queue_response(r, 204, resp);
 }
 
+/* OPTIONS without an Origin (not a browser's preflight): what the path allows, no CORS headers. */
+static void respond_options(sy_http_request *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp) MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
+    queue_response(r, 204, resp);
+}
+
 static unsigned method_bit(const char *method) {
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) return SY_HTTP_GET;
     if (strcmp(method, "POST") == 0) return SY_HTTP_POST;
     if (strcmp(method, "DELETE") == 0) return SY_HTTP_DELETE;
+    return 0;
+}
+
+/* Origin and Host, before anything else: 0 to go on, else answered with 403. Sets the CORS origin of the
+ * answers when the Origin is allowed. */
+static int check_access(sy_http_request *r) {
+    sy_server *s = r->server;
+    if (s->loopback) {
+        const char *host = sy_http_header(r, "Host");
+        bool ok = host == NULL || sy_http_host_check(host, NULL, 0) ||
+                  (s->opts.host_allowed != NULL && s->opts.host_allowed(s->opts.app, host));
+        if (!ok) {
+            char shown[80];
+            sy_utf8_sanitize(shown, sizeof shown, host, strlen(host));
+            sy_http_respond_error(r, 403, "host_not_allowed", NULL,
+                                  "Host '%s' may not reach this loopback server (add it to allowed_hosts)", shown);
+            return -1;
+        }
+    }
+    const char *origin = sy_http_header(r, "Origin");
+    if (origin == NULL) return 0;
+    int verdict = s->opts.origin_policy ? s->opts.origin_policy(s->opts.app, origin) : SY_ORIGIN_REFUSED;
+    if (verdict == SY_ORIGIN_REFUSED) {
+        char shown[80];
+        sy_utf8_sanitize(shown, sizeof shown, origin, strlen(origin));
+        sy_http_respond_error(r, 403, "origin_not_allowed", NULL,
+                              "requests from origin '%s' are not allowed (add it to cors_origins)", shown);
+        return -1;
+    }
+    char normal[512];
+    if (verdict == SY_ORIGIN_WILDCARD) r->cors_origin = sy_strdup("*");
+    else if (sy_http_origin_normalize(origin, normal, sizeof normal) == 0) r->cors_origin = sy_strdup(origin);
     return 0;
 }
 
@@ -592,14 +654,20 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         sy_buf_init(&r->body);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
+        const union MHD_ConnectionInfo *sc = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->guard = sc ? (sy_http_guard_conn *)sc->socket_context : NULL;
+        r->max_body = s->max_body;
         *con_cls = r;
 
+        if (check_access(r) != 0) return MHD_YES;
         if (strcmp(r->method, "OPTIONS") == 0) {
-            respond_preflight(r);
+            if (sy_http_header(r, "Origin") != NULL) respond_preflight(r);
+            else respond_options(r);
             return MHD_YES;
         }
         r->route = find_route(r);
         if (r->route == NULL) return MHD_YES;
+        if (r->route->max_body != 0 && r->route->max_body < r->max_body) r->max_body = r->route->max_body;
         if (atomic_load(&s->stopping)) {
             respond_error_with_header(r, 503, "server_stopping", NULL, "Retry-After", "1",
                                       "the server is shutting down");
@@ -615,17 +683,26 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             return MHD_YES;
         }
         char msg[200];
-        if (!r->route->open && s->opts.authorize && s->opts.authorize(s->opts.app, r, msg, sizeof msg) != 0) {
+        if ((!r->route->open || (r->route->flags & SY_ROUTE_ADMIN)) && s->opts.authorize &&
+            s->opts.authorize(s->opts.app, r, msg, sizeof msg) != 0) {
             respond_error_with_header(r, 401, "invalid_api_key", NULL, "WWW-Authenticate", "Bearer", msg);
             return MHD_YES;
         }
         const char *length = sy_http_header(r, "Content-Length");
         uint64_t declared;
-        if (length != NULL && sy_parse_u64(length, UINT64_MAX, &declared) == 0 && declared > s->max_body) {
-            sy_http_respond_error(r, 413, "request_too_large", NULL,
-                                  "the request body has %llu bytes; this server accepts at most %llu",
-                                  (unsigned long long)declared, (unsigned long long)s->max_body);
-            return MHD_YES;
+        if (length != NULL && sy_parse_u64(length, UINT64_MAX, &declared) == 0) {
+            if (declared > r->max_body) {
+                sy_http_respond_error(r, 413, "request_too_large", NULL,
+                                      "the request body has %llu bytes; %s accepts at most %llu",
+                                      (unsigned long long)declared, r->route->label, (unsigned long long)r->max_body);
+                return MHD_YES;
+            }
+            /* Exactly what was declared, so the buffer does not double past it (pages are touched only as the
+             * body arrives). */
+            if (declared > 0) {
+                r->body.data = sy_xmalloc((size_t)declared + 1);
+                r->body.cap = (size_t)declared + 1;
+            }
         }
         return MHD_YES;
     }
@@ -636,7 +713,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     }
     if (*upload_data_size > 0) {
         if (!r->body_too_large) {
-            if (*upload_data_size > s->max_body - r->body.len) {
+            if (*upload_data_size > r->max_body - r->body.len) {
                 r->body_too_large = true;
                 sy_buf_free(&r->body);
             } else {
@@ -648,9 +725,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     }
     if (r->body_too_large) {
         sy_http_respond_error(r, 413, "request_too_large", NULL, "the request body is larger than %llu bytes",
-                              (unsigned long long)s->max_body);
+                              (unsigned long long)r->max_body);
         return MHD_YES;
     }
+    sy_http_guard_set_phase(s->guard, r->guard, SY_GUARD_HANDLING);
     atomic_fetch_add(&s->in_handlers, 1);
     if (s->opts.intercept == NULL || !s->opts.intercept(s->opts.app, r)) r->route->handler(r);
     atomic_fetch_sub(&s->in_handlers, 1);
@@ -670,10 +748,34 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         r->status);
     if (r->keep_open && s->idle_timeout_s > 0)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)s->idle_timeout_s);
+    sy_http_guard_request_done(s->guard, r->guard);
     sy_buf_free(&r->body);
+    free(r->cors_origin);
     free(r->path);
     free(r);
     *con_cls = NULL;
+}
+
+/* The accept thread asks before a connection opens: the per-client cap and the reserve. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    sy_server *s = cls;
+    return sy_http_guard_admit(s->guard, addr, addrlen) ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    sy_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = addr ? addr->client_addr : NULL;
+        socklen_t len = sa == NULL ? 0 : sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                    : sizeof(struct sockaddr_in);
+        *socket_context = sy_http_guard_open(s->guard, fd ? fd->connect_fd : -1, sa, len);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        sy_http_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -709,6 +811,23 @@ sy_server *sy_server_start(const sy_server_options *opts, char *err, size_t err_
     s->max_body = (opts->max_request_body) ? opts->max_request_body : SY_SERVER_DEFAULT_MAX_BODY;
     s->idle_timeout_s = (opts->idle_timeout_s) ? opts->idle_timeout_s : SY_SERVER_DEFAULT_IDLE_TIMEOUT_S;
     unsigned max_conn = (opts->max_connections) ? opts->max_connections : SY_SERVER_DEFAULT_MAX_CONNECTIONS;
+    s->loopback = sy_http_host_is_loopback(host);
+    sy_http_guard_limits limits = {
+        .max_connections = max_conn,
+        .max_connections_per_client =
+            opts->max_connections_per_client ? opts->max_connections_per_client : SY_SERVER_DEFAULT_MAX_PER_CLIENT,
+        .connection_reserve = opts->connection_reserve ? opts->connection_reserve : SY_SERVER_DEFAULT_CONNECTION_RESERVE,
+        .request_timeout_s = opts->request_timeout_s ? opts->request_timeout_s : SY_SERVER_DEFAULT_REQUEST_TIMEOUT_S,
+        .idle_timeout_s = s->idle_timeout_s,
+        .stream_timeout_s = opts->stream_timeout_s ? opts->stream_timeout_s : SY_SERVER_DEFAULT_STREAM_TIMEOUT_S,
+    };
+    s->guard = sy_http_guard_create(&limits);
+    if (s->guard == NULL) {
+        snprintf(err, err_size, "could not start the HTTP server's watchdog thread");
+        close(fd);
+        free(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->lock, NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->draining, false);
@@ -719,12 +838,14 @@ sy_server *sy_server_start(const sy_server_options *opts, char *err, size_t err_
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                          MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (v6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+    s->daemon = MHD_start_daemon(flags, 0, on_accept, s, on_access, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->idle_timeout_s,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)max_conn, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+                                 on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (s->daemon == NULL) {
         snprintf(err, err_size, "libmicrohttpd could not start on %s", listen_addr);
+        sy_http_guard_free(s->guard);
         close(fd);
         pthread_mutex_destroy(&s->lock);
         free(s);
@@ -764,5 +885,6 @@ void sy_server_stop(sy_server *s) {
         t = next;
     }
     pthread_mutex_destroy(&s->lock);
+    sy_http_guard_free(s->guard);
     free(s);
 }

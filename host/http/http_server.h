@@ -1,9 +1,12 @@
 /*
  * The HTTP transport of `switchyard serve`, on libmicrohttpd: one thread per connection (a handler may block
- * while its model loads or its generation streams), bounded request bodies (413), an idle timeout for
- * connections that are not generating, CORS (every response allows any origin; OPTIONS preflights get 204), and
- * a clean stop that first drains (new work refused with 503 + Retry-After while what runs finishes), then stops
- * accepting, cancels the work still in flight and waits for its connections to finish.
+ * while its model loads or its generation streams), bounded request bodies per route (413), an idle timeout for
+ * connections between requests, the limits of http_guard.h (connections per client address, a reserve of slots,
+ * a deadline for receiving a whole request, stalled streams cut), origins and hosts (http_access.h: a request
+ * whose Origin is not allowed gets 403 and no response carries CORS headers unless its origin is allowed; on a
+ * loopback listener a Host that is not a loopback name gets 403), and a clean stop that first drains (new work
+ * refused with 503 + Retry-After while what runs finishes), then stops accepting, cancels the work still in
+ * flight and waits for its connections to finish.
  *
  * It knows nothing of models or APIs: the caller gives it a route table, an opaque app pointer that handlers
  * read back (sy_http_app), an authorisation hook for routes that are not open, and a hook that sees every
@@ -24,6 +27,10 @@
 #define SY_SERVER_DEFAULT_MAX_BODY ((uint64_t)16 << 20)
 #define SY_SERVER_DEFAULT_IDLE_TIMEOUT_S 60u
 #define SY_SERVER_DEFAULT_MAX_CONNECTIONS 256u
+#define SY_SERVER_DEFAULT_REQUEST_TIMEOUT_S 30u
+#define SY_SERVER_DEFAULT_STREAM_TIMEOUT_S 60u
+#define SY_SERVER_DEFAULT_MAX_PER_CLIENT 64u
+#define SY_SERVER_DEFAULT_CONNECTION_RESERVE 16u
 
 typedef struct sy_server sy_server;
 typedef struct sy_http_request sy_http_request;
@@ -36,6 +43,7 @@ typedef enum sy_api_style {
 } sy_api_style;
 
 enum { SY_HTTP_GET = 1, SY_HTTP_POST = 2, SY_HTTP_DELETE = 4 }; /* route method bits; HEAD counts as GET */
+enum { SY_ROUTE_ADMIN = 1 }; /* route flags: management (the authorisation hook asks for an admin key) */
 
 typedef struct sy_http_route {
     unsigned methods;  /* SY_HTTP_* bits */
@@ -45,6 +53,8 @@ typedef struct sy_http_route {
     sy_api_style style;
     bool open;         /* answered without asking the authorisation hook */
     void (*handler)(sy_http_request *r);
+    unsigned flags;    /* SY_ROUTE_* */
+    uint64_t max_body; /* bytes; 0: the server's max_request_body (a route's limit never exceeds it) */
 } sy_http_route;
 
 typedef struct sy_server_options {
@@ -52,12 +62,21 @@ typedef struct sy_server_options {
     uint64_t max_request_body; /* bytes; 0: SY_SERVER_DEFAULT_MAX_BODY */
     unsigned idle_timeout_s;   /* a connection idle this long is closed (not while generating); 0: default */
     unsigned max_connections;  /* 0: default */
+    unsigned max_connections_per_client; /* one client address (an IPv6 /64); 0: default */
+    unsigned connection_reserve; /* slots kept for addresses holding at most one connection; 0: default */
+    unsigned request_timeout_s;  /* a whole request (headers and body) must arrive within this; 0: default */
+    unsigned stream_timeout_s;   /* a client must take what it is sent within this; 0: default */
     const sy_http_route *routes; /* borrowed; must outlive the server */
     size_t n_routes;
     void *app; /* handed back to handlers by sy_http_app */
     /* For routes that are not open: 0 lets the request through; else msg says why, and it gets a 401. NULL:
      * every route is open. */
     int (*authorize)(void *app, sy_http_request *r, char *msg, size_t msg_size);
+    /* The request's Origin header against the allowed origins: a sy_http_origin_verdict (http_access.h). NULL:
+     * every origin is refused (requests without Origin are always served). */
+    int (*origin_policy)(void *app, const char *origin);
+    /* On a loopback listener, whether a Host header that is not a loopback name is allowed. NULL: never. */
+    bool (*host_allowed)(void *app, const char *host);
     /* Every answered request, once done: its route label ("preflight", "other" without a route) and status. */
     void (*on_done)(void *app, const char *label, int status);
     /* Runs before the route's handler, once authorised and with the body read: true when it answered the
@@ -106,6 +125,8 @@ const char *sy_http_body(const sy_http_request *r, size_t *len);
 const char *sy_http_query(const sy_http_request *r, const char *key);
 const char *sy_http_header(const sy_http_request *r, const char *key);
 sy_api_style sy_http_style(const sy_http_request *r);
+/* The matched route's SY_ROUTE_* flags (0 before routing). */
+unsigned sy_http_route_flags(const sy_http_request *r);
 /* When the request arrived (sy_now_seconds). */
 double sy_http_start_time(const sy_http_request *r);
 /* The client's socket, for noticing that the client went away (-1 if unknown). */

@@ -9,6 +9,45 @@
 #include "base/log.h"
 #include "base/util.h"
 
+/* The bytes of the vocabulary's longest token: a prompt longer than n_ctx times this cannot fit the context,
+ * which the API tells before tokenizing it. 0 when a token cannot be read (no such check then). */
+static uint32_t longest_token(const sy_loaded_model *lm) {
+    char *buf = NULL;
+    size_t cap = 0;
+    long longest = 0;
+    for (uint32_t t = 0; t < lm->info.n_vocab; t++) {
+        long n = sy_loaded_model_token_bytes(lm, (int32_t)t, &buf, &cap);
+        if (n < 0) {
+            longest = 0;
+            break;
+        }
+        if (n > longest) longest = n;
+    }
+    free(buf);
+    return (uint32_t)longest;
+}
+
+static void collect_control_texts(sy_loaded_model *lm) {
+    if (lm->engine->token_flags == NULL) return;
+    char *buf = NULL;
+    size_t cap = 0, n = 0, room = 0;
+    for (uint32_t t = 0; t < lm->info.n_vocab; t++) {
+        if ((lm->engine->token_flags(lm->model, (int32_t)t) & SY_TOKEN_CONTROL) == 0) continue;
+        long len = sy_loaded_model_token_bytes(lm, (int32_t)t, &buf, &cap);
+        if (len <= 0) continue;
+        if (n == room) {
+            room = room ? room * 2 : 16;
+            lm->control_texts = sy_xrealloc(lm->control_texts, room * sizeof *lm->control_texts);
+        }
+        char *text = sy_xmalloc((size_t)len + 1);
+        memcpy(text, buf, (size_t)len);
+        text[len] = '\0';
+        lm->control_texts[n++] = text;
+    }
+    lm->n_control_texts = n;
+    free(buf);
+}
+
 static int open_with(const sy_plugin *p, const char *path, const sy_option *options, size_t n_options,
                      sy_loaded_model *out, char *err, size_t err_size) {
     sy_model *model = NULL;
@@ -42,6 +81,8 @@ static int open_with(const sy_plugin *p, const char *path, const sy_option *opti
         out->info.chat_template_names = NULL;
         out->info.chat_template_texts = NULL;
     }
+    out->max_token_bytes = longest_token(out);
+    collect_control_texts(out);
     return 0;
 }
 
@@ -148,6 +189,8 @@ int sy_loaded_model_estimate(const sy_plugin_registry *reg, const char *plugin_n
 
 void sy_loaded_model_close(sy_loaded_model *lm) {
     if (lm->model != NULL) lm->engine->unload(lm->model);
+    for (size_t i = 0; i < lm->n_control_texts; i++) free(lm->control_texts[i]);
+    free(lm->control_texts);
     memset(lm, 0, sizeof *lm);
 }
 

@@ -14,6 +14,10 @@ typedef struct sy_loaded_model {
     const sy_engine_api *engine;
     sy_model *model;
     sy_model_info info;
+    uint32_t max_token_bytes; /* the longest token's bytes; 0: unknown */
+    /* The texts of the control tokens ("<|im_start|>"), which a message's content must not turn into tokens. */
+    char **control_texts;
+    size_t n_control_texts;
 } sy_loaded_model;
 
 /* Load `path` with `plugin_name`, or, when plugin_name is NULL, with the first engine plugin whose probe accepts

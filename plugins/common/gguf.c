@@ -479,7 +479,15 @@ static bool parse_tensor_infos(parser *p) {
         }
         /* bytes = blocks per row * block bytes * rows; rows = n_elements / dims[0] (0 rows when empty) */
         uint64_t rows = t->dims[0] ? n_elements / t->dims[0] : 0;
-        uint64_t row_bytes = t->dims[0] / ti->block_elems * ti->block_bytes; /* dims[0] <= INT64_MAX: fits */
+        /* A row of INT64_MAX f32 or f64 elements would wrap: blocks times block bytes is checked too. */
+        uint64_t blocks = t->dims[0] / ti->block_elems;
+        if (blocks > UINT64_MAX / ti->block_bytes) {
+            sy_errmsg(p->err, p->err_size, "tensor '%s': the bytes of a row of %llu %s elements overflow", name,
+                      (unsigned long long)t->dims[0], ti->name);
+            return false;
+        }
+        uint64_t row_bytes = blocks * ti->block_bytes;
+        t->row_bytes = row_bytes;
         if (rows != 0 && row_bytes > UINT64_MAX / rows) {
             sy_errmsg(p->err, p->err_size, "tensor '%s': byte size overflows", name);
             return false;

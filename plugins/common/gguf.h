@@ -51,6 +51,7 @@ typedef struct sy_gguf_tensor {
     uint64_t n_elements;
     uint64_t offset; /* from the start of the file */
     uint64_t n_bytes;
+    uint64_t row_bytes; /* the bytes of one row of dims[0] elements (checked: no overflow for any type) */
     const void *data;
 } sy_gguf_tensor;
 

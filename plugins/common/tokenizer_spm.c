@@ -297,15 +297,17 @@ static void push_id(id_vec *o, int32_t id) {
 
 /* One symbol of the merge: a run of bytes of the fragment, linked to its neighbours. n == 0 once merged away. */
 typedef struct symbol {
-    size_t at, n;
-    int64_t prev, next;
+    uint32_t at, n; /* 32-bit: a fragment is at most SPM_MAX_FRAGMENT bytes, and the merge state of a long */
+    int32_t prev, next; /* prompt takes 16 bytes per character here and 16 per queued pair, not twice that */
 } symbol;
 
 typedef struct bigram {
     float score;
-    int64_t left, right;
-    size_t size; /* bytes of the merged text when queued; a changed size marks a stale entry */
+    int32_t left, right;
+    uint32_t size; /* bytes of the merged text when queued; a changed size marks a stale entry */
 } bigram;
+
+#define SPM_MAX_FRAGMENT ((size_t)INT32_MAX)
 
 typedef struct merge_state {
     const sy_spm *t;
@@ -358,9 +360,9 @@ static bigram heap_pop(merge_state *m) {
     return top;
 }
 
-static void try_add_bigram(merge_state *m, int64_t left, int64_t right) {
+static void try_add_bigram(merge_state *m, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
-    size_t size = m->sym[left].n + m->sym[right].n;
+    uint32_t size = m->sym[left].n + m->sym[right].n;
     int32_t id = sy_spm_find(m->t, m->text + m->sym[left].at, size);
     if (id < 0) return;
     heap_push(m, (bigram){m->t->score[id], left, right, size});
@@ -391,17 +393,30 @@ static void emit_piece(const sy_spm *t, const char *s, size_t n, id_vec *out) {
 /* Merges one escaped fragment (spaces already "▁") and appends its tokens. */
 static bool merge_fragment(const sy_spm *t, const char *text, size_t len, id_vec *out) {
     if (len == 0) return true;
-    merge_state m = {t, text, calloc(len, sizeof(symbol)), NULL, 0, 0, false};
+    if (len > SPM_MAX_FRAGMENT) return false;
+    /* One symbol per character (counted first), and room for the first pairs, so nothing doubles past them. */
+    size_t n_chars = 0;
+    for (size_t at = 0; at < len; n_chars++) {
+        size_t n = utf8_len((unsigned char)text[at]);
+        at += n > len - at ? len - at : n;
+    }
+    merge_state m = {t, text, malloc(n_chars * sizeof(symbol)), NULL, 0, 0, false};
     if (m.sym == NULL) return false;
-    int64_t n_sym = 0;
+    m.heap_cap = n_chars > 1 ? n_chars - 1 : 1;
+    m.heap = malloc(m.heap_cap * sizeof *m.heap);
+    if (m.heap == NULL) {
+        free(m.sym);
+        return false;
+    }
+    int32_t n_sym = 0;
     for (size_t at = 0; at < len;) {
         size_t n = utf8_len((unsigned char)text[at]);
         if (n > len - at) n = len - at;
-        m.sym[n_sym] = (symbol){at, n, n_sym - 1, at + n < len ? n_sym + 1 : -1};
+        m.sym[n_sym] = (symbol){(uint32_t)at, (uint32_t)n, n_sym - 1, at + n < len ? n_sym + 1 : -1};
         n_sym++;
         at += n;
     }
-    for (int64_t i = 1; i < n_sym; i++) try_add_bigram(&m, i - 1, i);
+    for (int32_t i = 1; i < n_sym; i++) try_add_bigram(&m, i - 1, i);
     while (m.heap_n > 0 && !m.oom) {
         bigram b = heap_pop(&m);
         symbol *l = &m.sym[b.left], *r = &m.sym[b.right];
@@ -414,7 +429,7 @@ static bool merge_fragment(const sy_spm *t, const char *text, size_t len, id_vec
         try_add_bigram(&m, b.left, l->next);
     }
     bool ok = !m.oom;
-    for (int64_t i = 0; ok && i >= 0; i = m.sym[i].next) emit_piece(t, text + m.sym[i].at, m.sym[i].n, out);
+    for (int32_t i = 0; ok && i >= 0; i = m.sym[i].next) emit_piece(t, text + m.sym[i].at, m.sym[i].n, out);
     free(m.sym);
     free(m.heap);
     return ok;
@@ -500,7 +515,10 @@ int sy_spm_encode(const sy_spm *t, const char *text, size_t len, bool add_specia
             ok = false;
             break;
         }
-        char *b = realloc(buf, (f.len + 1) * SPACE_MARK_LEN);
+        /* The escaped text's exact size: each space grows by the mark's extra bytes. */
+        size_t spaces = 0;
+        for (size_t j = 0; j < f.len; j++) spaces += text[f.at + j] == ' ';
+        char *b = realloc(buf, f.len + (spaces + 1) * SPACE_MARK_LEN);
         if (b == NULL) {
             ok = false;
             break;

@@ -373,6 +373,15 @@ static void test_bad_tensor_infos(void **state) {
     s.w_dims[0] = 33;
     expect_spec_error(&s, "tensor 'w': row of 33 elements is not a whole number of q8_0 blocks");
 
+    /* One row of 2^62 f32 (or i64, f64) elements: its bytes would wrap to 0 in 64 bits. */
+    for (int k = 0; k < 3; k++) {
+        s = valid_spec();
+        s.w_type = k == 0 ? 0 : k == 1 ? 27 : 28;
+        s.w_dims[0] = (uint64_t)1 << 62;
+        s.w_dims[1] = 1;
+        expect_spec_error(&s, "tensor 'w': the bytes of a row of 4611686018427387904");
+    }
+
     s = valid_spec();
     s.w_dims[0] = (uint64_t)1 << 30; /* 4 GiB of f32: far past the end */
     expect_spec_error(&s, "tensor 'w': data extends past the end of the file");

@@ -1140,6 +1140,62 @@ static void test_diagnostics_printing(void **state) {
     sy_config_free(NULL);
 }
 
+/* The [host] keys of docs/security.md: their defaults, values and refusals. */
+static void test_security_keys(void **state) {
+    (void)state;
+    sy_config *cfg = parse(MODEL_HEAD("m"));
+    assert_clean(cfg);
+    const sy_config_host *h = &cfg->host;
+    assert_int_equal(h->admin_api_keys.count, 0);
+    assert_int_equal(h->cors_origins.count, 0);
+    assert_int_equal(h->allowed_hosts.count, 0);
+    assert_int_equal(h->request_timeout_s, 30);
+    assert_int_equal(h->stream_timeout_s, 60);
+    assert_int_equal(h->max_connections_per_client, 64);
+    assert_int_equal(h->connection_reserve, 16);
+    assert_int_equal(h->tokenize_memory, (uint64_t)256 << 20);
+    assert_int_equal(h->slot_save_max_bytes, (uint64_t)4 << 30);
+    sy_config_free(cfg);
+
+    cfg = parse("[host]\nadmin_api_keys = root-key\ncors_origins = http://localhost:3000, https://APP.example, "
+                "http://[::1]:8080, *\nallowed_hosts = myhost.lan, *\nrequest_timeout = 5s\nstream_timeout = 2m\n"
+                "max_connections_per_client = 8\nconnection_reserve = 2\ntokenize_memory = 64M\n"
+                "slot_save_max_bytes = 0\n\n" MODEL_HEAD("m"));
+    assert_clean(cfg);
+    h = &cfg->host;
+    assert_int_equal(h->admin_api_keys.count, 1);
+    assert_string_equal(h->admin_api_keys.items[0], "root-key");
+    assert_int_equal(h->cors_origins.count, 4);
+    assert_string_equal(h->cors_origins.items[1], "https://APP.example");
+    assert_int_equal(h->allowed_hosts.count, 2);
+    assert_int_equal(h->request_timeout_s, 5);
+    assert_int_equal(h->stream_timeout_s, 120);
+    assert_int_equal(h->max_connections_per_client, 8);
+    assert_int_equal(h->connection_reserve, 2);
+    assert_int_equal(h->tokenize_memory, (uint64_t)64 << 20);
+    assert_int_equal(h->slot_save_max_bytes, 0);
+    sy_config_free(cfg);
+
+    static const char *const bad_origins[] = {"localhost:3000", "http://", "http://a.example/path", "ftp//x",
+                                              "http://a b", "http://[zz]:1", "http://a:123456"};
+    for (size_t i = 0; i < sizeof bad_origins / sizeof *bad_origins; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "[host]\ncors_origins = %s\n\n" MODEL_HEAD("m"), bad_origins[i]);
+        cfg = parse(text);
+        assert_error_containing(cfg, "is not an origin");
+        sy_config_free(cfg);
+    }
+    cfg = parse("[host]\nallowed_hosts = my host\n\n" MODEL_HEAD("m"));
+    assert_error_containing(cfg, "is not a host name");
+    sy_config_free(cfg);
+    cfg = parse("[host]\nrequest_timeout = 0\n\n" MODEL_HEAD("m"));
+    assert_error_containing(cfg, "request_timeout");
+    sy_config_free(cfg);
+    cfg = parse("[host]\nadmin_api_keys = has space\n\n" MODEL_HEAD("m"));
+    assert_error_containing(cfg, "is not an API key");
+    sy_config_free(cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_config),
@@ -1169,6 +1225,7 @@ int main(void) {
         cmocka_unit_test(test_request_params),
         cmocka_unit_test(test_diagnostics_printing),
         cmocka_unit_test(test_engine_keys),
+        cmocka_unit_test(test_security_keys),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

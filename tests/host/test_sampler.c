@@ -263,6 +263,51 @@ static void logit_bias_bans_and_shifts(void **state) {
     sy_sampler_free(s);
 }
 
+/* Every filter combination over rows of NaN and infinities: no read outside the row (ASan), a clear "no token"
+ * when nothing is finite, the +inf token when there is one, and the finite ones otherwise. */
+static void nan_and_infinite_logits(void **state) {
+    (void)state;
+    enum { N = 64 };
+    const sy_sampler_params variants[] = {
+        {.temperature = 0},
+        {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1, .seed = 1},
+        {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0, .repeat_penalty = 1.3f, .seed = 2},
+        {.temperature = 1.5f, .top_k = 3, .top_p = 0.5f, .min_p = 0.5f, .repeat_penalty = 1, .presence_penalty = 2,
+         .seed = 3},
+    };
+    const int32_t history[] = {1, 2, 3, 3};
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+        sy_sampler *s = sy_sampler_create(&variants[v], N);
+        float row[N];
+        for (int i = 0; i < N; i++) row[i] = NAN;
+        assert_int_equal(sy_sampler_sample(s, row, history, 4), SY_SAMPLER_NO_TOKEN);
+        for (int i = 0; i < N; i++) row[i] = i % 2 ? NAN : -INFINITY;
+        assert_int_equal(sy_sampler_sample(s, row, history, 4), SY_SAMPLER_NO_TOKEN);
+        for (int i = 0; i < N; i++) row[i] = NAN;
+        row[17] = INFINITY;
+        row[40] = INFINITY;
+        row[5] = 3.0f;
+        int32_t certain = sy_sampler_sample(s, row, history, 4);
+        assert_true(certain == 17 || certain == 40); /* the +inf ones share all the mass */
+        for (int i = 0; i < N; i++) row[i] = NAN;
+        row[9] = 1.0f;
+        row[33] = -INFINITY;
+        assert_int_equal(sy_sampler_sample(s, row, history, 4), 9);
+        for (int i = 0; i < N; i++) row[i] = i == 50 ? -INFINITY : (float)(i % 7);
+        for (int k = 0; k < 20; k++) {
+            float copy[N];
+            memcpy(copy, row, sizeof row);
+            int32_t t = sy_sampler_sample(s, copy, history, 4);
+            assert_true(t >= 0 && t < N && t != 50);
+            assert_false(isnan(sy_sampler_last_logprob(s, t)));
+        }
+        sy_sampler_free(s);
+    }
+    float all_nan[3] = {NAN, NAN, NAN};
+    assert_int_equal(sy_logits_sanitize(all_nan, 3), 0);
+    assert_true(isinf(all_nan[0]) && all_nan[0] < 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(argmax_takes_lowest_id_on_ties),
@@ -276,6 +321,7 @@ int main(void) {
         cmocka_unit_test(logprob_is_log_softmax),
         cmocka_unit_test(chain_matches_llama_cpp),
         cmocka_unit_test(logit_bias_bans_and_shifts),
+        cmocka_unit_test(nan_and_infinite_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include "api/request.h"
 #include "base/buf.h"
 #include "base/utf8.h"
+#include "http/http_access.h"
 #include "http/http_server.h"
 #include "api/metrics.h"
 #include "persist/snapshot_store.h"
@@ -356,12 +357,46 @@ static void test_metrics_load_signals(void **state) {
     sy_metrics_free(m);
 }
 
+/* Origins and Host headers (http/http_access.h): what a browser or a rebinding attack sends. */
+static void test_origins_and_hosts(void **state) {
+    (void)state;
+    char out[512];
+    assert_int_equal(sy_http_origin_normalize("HTTP://LocalHost:3000", out, sizeof out), 0);
+    assert_string_equal(out, "http://localhost:3000");
+    assert_int_equal(sy_http_origin_normalize("null", out, sizeof out), 0);
+    static const char *const bad[] = {"", "localhost", "http://", "http://a/b", "http://a b", "://x", "http://a:99x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(sy_http_origin_normalize(bad[i], out, sizeof out), -1);
+    const char *allowed[] = {"http://localhost:3000", "https://app.example/"};
+    assert_int_equal(sy_http_origin_check("http://LOCALHOST:3000", allowed, 2), SY_ORIGIN_ALLOWED);
+    assert_int_equal(sy_http_origin_check("https://app.example", allowed, 2), SY_ORIGIN_ALLOWED);
+    assert_int_equal(sy_http_origin_check("http://localhost:3001", allowed, 2), SY_ORIGIN_REFUSED);
+    assert_int_equal(sy_http_origin_check("http://evil.example", allowed, 2), SY_ORIGIN_REFUSED);
+    assert_int_equal(sy_http_origin_check("null", allowed, 2), SY_ORIGIN_REFUSED);
+    assert_int_equal(sy_http_origin_check("http://evil.example", NULL, 0), SY_ORIGIN_REFUSED);
+    const char *any[] = {"*"};
+    assert_int_equal(sy_http_origin_check("http://evil.example", any, 1), SY_ORIGIN_WILDCARD);
+
+    static const char *const loopback[] = {"localhost", "LOCALHOST:8080", "localhost.", "127.0.0.1", "127.8.9.10:1",
+                                           "[::1]", "[::1]:8080", "app.localhost", "[::ffff:127.0.0.1]:80"};
+    for (size_t i = 0; i < sizeof loopback / sizeof *loopback; i++) assert_true(sy_http_host_check(loopback[i], NULL, 0));
+    static const char *const foreign[] = {"evil.example", "evil.example:8080", "localhost.evil.example",
+                                          "128.0.0.1", "0.0.0.0", "[::2]", "192.168.1.2:8080", "", "a:b:c",
+                                          "127.0.0.1.evil.example", "[::1", "localhost:99999x"};
+    for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) assert_false(sy_http_host_check(foreign[i], NULL, 0));
+    const char *lan[] = {"myhost.lan"};
+    assert_true(sy_http_host_check("MyHost.lan:8080", lan, 1));
+    assert_false(sy_http_host_check("other.lan", lan, 1));
+    assert_true(sy_http_host_check("anything.example", any, 1));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_load_signals),
         cmocka_unit_test(test_listen_address), cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_buf),            cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_messages),       cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_origins_and_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

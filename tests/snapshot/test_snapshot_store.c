@@ -533,6 +533,21 @@ static void slot_save_erase_restore(void **state) {
     assert_int_equal(sy_slot_save(s, &lm, id, dir, "turn1.slot", &res, err, sizeof err), 200);
     assert_int_equal(res.n_tokens, 305);
     assert_true(res.bytes > 0);
+    /* A second save of the name is refused unless asked to overwrite; a budget too small keeps nothing. */
+    uint64_t first_bytes = res.bytes;
+    assert_int_equal(sy_slot_save(s, &lm, id, dir, "turn1.slot", &res, err, sizeof err), 409);
+    assert_non_null(strstr(err, "overwrite"));
+    sy_slot_save_options replace = {true, 0};
+    assert_int_equal(sy_slot_save_with(s, &lm, id, dir, "turn1.slot", &replace, &res, err, sizeof err), 200);
+    sy_slot_save_options tight = {false, first_bytes + first_bytes / 2};
+    assert_int_equal(sy_slot_save_with(s, &lm, id, dir, "turn2.slot", &tight, &res, err, sizeof err), 507);
+    assert_non_null(strstr(err, "slot_save_max_bytes"));
+    char *refused = sy_path_join(dir, "turn2.slot");
+    struct stat refused_st;
+    assert_int_not_equal(stat(refused, &refused_st), 0);
+    free(refused);
+    sy_slot_save_options roomy = {false, 3 * first_bytes};
+    assert_int_equal(sy_slot_save_with(s, &lm, id, dir, "turn2.slot", &roomy, &res, err, sizeof err), 200);
     assert_int_equal(sy_slot_erase(s, id, &res, err, sizeof err), 200);
     assert_int_equal(res.n_tokens, 305);
     sy_slot_list(s, info, 2);
