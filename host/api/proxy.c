@@ -345,9 +345,11 @@ static bool requested_model(sy_http_request *r, char *out, size_t size) {
         }
         return false;
     }
-    if (len == 0 || len > ((size_t)64 << 20)) return false;
-    cJSON *o = cJSON_ParseWithLength(body, len);
-    const cJSON *m = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
+    /* bounded as every handler's parse is (api/request.h): a body the handler would refuse is not parsed here */
+    cJSON *o = NULL;
+    sy_api_error ignored;
+    if (sy_api_parse_body(r, &o, &ignored) != 0) return false;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
     bool ok = cJSON_IsString(m) && strlen(m->valuestring) < size;
     if (ok) snprintf(out, size, "%s", m->valuestring);
     cJSON_Delete(o);
@@ -429,15 +431,26 @@ static bool forwarded_path(const char *path) {
     return strncmp(path, "/v1/audio/", 10) == 0;
 }
 
+/* Whether the config has models served by other servers: processes, peers, or selectors over them. */
+static bool serves_elsewhere(sy_api_context *ctx) {
+    const sy_config *cfg = sy_api_config_acquire(ctx);
+    bool any = cfg != NULL && (cfg->n_peers > 0 || cfg->n_selectors > 0);
+    for (size_t i = 0; cfg != NULL && !any && i < cfg->n_models; i++)
+        any = cfg->models[i].cmd != NULL || cfg->models[i].peer != NULL;
+    sy_api_config_release(ctx, cfg);
+    return any;
+}
+
 bool sy_api_proxy_intercept(void *app, sy_http_request *r) {
     (void)app;
     if (strcmp(sy_http_method(r), "POST") != 0) return false;
     const char *path = sy_http_path(r);
     bool ollama = strncmp(path, "/api/", 5) == 0;
     if (!forwarded_path(path) && !ollama) return false;
+    sy_api_context *ctx = sy_api_ctx(r);
+    if (!serves_elsewhere(ctx)) return false; /* the common case: no body parsed twice */
     char model[SY_CONFIG_MAX_NAME_LEN + 1];
     if (!requested_model(r, model, sizeof model)) return false; /* the route's handler explains */
-    sy_api_context *ctx = sy_api_ctx(r);
     char chosen[SY_CONFIG_MAX_NAME_LEN + 1];
     if (sy_model_manager_resolve(sy_api_manager(ctx), model, chosen, sizeof chosen))
         snprintf(model, sizeof model, "%s", chosen);

@@ -228,6 +228,10 @@ static void renormalise(candidate *c, uint32_t kept) {
 
 /* The chain up to the draw: a token when the choice is made already (greedy, everything banned), else -1 with
  * cands[0..*kept) weighted by their tempered p (summing to *sum). */
+/* run_chain's answer when the token is to be drawn from the kept candidates (a token id, or SY_SAMPLER_NO_TOKEN,
+ * otherwise). */
+#define SY_SAMPLER_DRAW ((int32_t)-2)
+
 static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, size_t n_history, uint32_t *kept_out,
                          double *sum_out) {
     const sy_sampler_params *p = &s->params;
@@ -310,14 +314,14 @@ static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, s
     }
     *kept_out = kept;
     *sum_out = sum;
-    return -1;
+    return SY_SAMPLER_DRAW;
 }
 
 int32_t sy_sampler_sample(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
     uint32_t kept = 0;
     double sum = 0;
     int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
-    if (chosen >= 0) return chosen;
+    if (chosen != SY_SAMPLER_DRAW) return chosen;
     double r = sy_rng_uniform(&s->rng) * sum, acc = 0;
     for (uint32_t i = 0; i < kept; i++) {
         acc += s->cands[i].p;
@@ -331,7 +335,8 @@ size_t sy_sampler_distribution(sy_sampler *s, float *logits, const int32_t *hist
     uint32_t kept = 0;
     double sum = 0;
     int32_t chosen = run_chain(s, logits, history, n_history, &kept, &sum);
-    if (chosen >= 0) {
+    if (chosen == SY_SAMPLER_NO_TOKEN) return 0;
+    if (chosen != SY_SAMPLER_DRAW) {
         if (cap > 0) ids[0] = chosen, probs[0] = 1.0;
         return 1;
     }
