@@ -7,6 +7,9 @@
  * (e.g. SmolLM2's 49,152 tokens). */
 #include <time.h>
 
+#include <math.h>
+
+#include "engine/constrain.h"
 #include "grammar_test_util.h"
 
 static double now_us(void) {
@@ -69,7 +72,9 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
     }
     size_t words = sy_grammar_vocab_mask_words(v->v);
     uint32_t *bits = malloc(words * sizeof *bits);
-    stats mask = {0}, first = {0}, acc = {0};
+    float *row = malloc(v->n * sizeof *row);
+    int32_t eog = v->eog;
+    stats mask = {0}, first = {0}, acc = {0}, step_cost = {0};
     uint64_t rng = 12345;
     long steps = 0;
     for (int k = 0; k < gens; k++) {
@@ -81,6 +86,14 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
             double t1 = now_us();
             if (n <= 0) break;
             add(k == 0 && step == 0 ? &first : &mask, t1 - t0);
+            /* What the scheduler does per constrained token: the mask (again: now from the cache) and the logits
+             * row masked with it (host/engine/constrain.c). Reported with the mask's own time added. */
+            for (uint32_t i = 0; i < v->n; i++) row[i] = 0.0f;
+            char msg[256];
+            double t2 = now_us();
+            if (sy_constrain_row(st, bits, row, v->n, &eog, eog >= 0 ? 1 : 0, false, msg, sizeof msg) != 0) break;
+            double t3 = now_us();
+            add(&step_cost, (t1 - t0) + (t3 - t2));
             int32_t tok = gt_nth_bit(bits, words, (long)(gt_rand(&rng) % (uint64_t)n));
             if (v->kinds[tok] == SY_GRAMMAR_TOKEN_EOG) break;
             t0 = now_us();
@@ -93,8 +106,10 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
     printf("%s (%d generations, %ld tokens)\n", name, gens, steps);
     report("first mask (cold)", &first);
     report("mask", &mask);
+    report("mask + logits row", &step_cost);
     report("accept_token", &acc);
     free(bits);
+    free(row);
     sy_grammar_free(g);
 }
 

@@ -11,6 +11,8 @@ through the fields both servers read (llama.cpp's): none; `json_schema: {"type":
 decode tok/s is (completion tokens - 1) / (last token - first token) from the stream's arrival times; rounds are
 interleaved (none, object, schema, json.gbnf, none, ...) and the median round is reported. A constrained
 generation may end before `--tokens` when its document is complete: its speed is over the tokens it made.
+For switchyard the engine loop's own time on the grammar per constrained token (mask, masked row, accept) is read
+from /metrics around each request: the figure that other load on the machine disturbs least.
 """
 import argparse
 import json
@@ -96,18 +98,42 @@ def one(port, model_name, tokens, extra):
             "first_s": r["t_first"] - r["t_send"], "text": r["text"][:200]}
 
 
-def run_rounds(port, model_name, tokens, repeats):
+def constraint_counters(port):
+    """switchyard's /metrics: (constrained tokens, microseconds the engine loop spent on the grammar for them:
+    masks, masked rows, accepts). None for a server without them."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode("utf-8", "replace")
+    tokens = us = None
+    for line in text.splitlines():
+        if line.startswith('switchyard_constrained_tokens{model="bench"}'):
+            tokens = int(line.split()[-1])
+        elif line.startswith('switchyard_constraint_microseconds{model="bench"}'):
+            us = int(line.split()[-1])
+    return (tokens, us) if tokens is not None and us is not None else None
+
+
+def run_rounds(port, model_name, tokens, repeats, metrics=False):
     ms = modes()
     for extra in ms.values():  # warm up: first touch of the weights, grammar vocabularies, caches
         one(port, model_name, 8, extra)
     rounds = {m: [] for m in ms}
+    loop = {m: [0, 0] for m in ms}
     for _ in range(repeats):
         for m, extra in ms.items():
+            before = constraint_counters(port) if metrics else None
             rounds[m].append(one(port, model_name, tokens, extra))
+            after = constraint_counters(port) if metrics else None
+            if before and after:
+                loop[m][0] += after[0] - before[0]
+                loop[m][1] += after[1] - before[1]
     out = {}
     for m, rs in rounds.items():
         speeds = [x["tok_s"] for x in rs if x["tok_s"]]
         out[m] = {"tok_s": sc.median(speeds) if speeds else None, "rounds": rs}
+        if loop[m][0]:
+            out[m]["loop_us_per_constrained_token"] = loop[m][1] / loop[m][0]
     return out
 
 
@@ -116,7 +142,7 @@ def main():
     ap.add_argument("--model", required=True, help="a GGUF both servers load")
     ap.add_argument("--switchyard", required=True)
     ap.add_argument("--plugin-dir")
-    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--llama-server")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--tokens", type=int, default=128)
@@ -124,6 +150,7 @@ def main():
     ap.add_argument("--work-dir", default="/tmp/sy-grammar-vs-llama")
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--max-wait", type=float, default=120)
+    ap.add_argument("--only", choices=["switchyard", "llama.cpp"], help="run one server")
     ap.add_argument("--json")
     a = ap.parse_args()
     os.makedirs(a.work_dir, exist_ok=True)
@@ -134,31 +161,39 @@ def main():
     cfg = (f"[host]\nresume_path = {os.path.join(a.work_dir, 'resume')}\n\n"
            f"[model.bench]\nplugin = gguf-quant\npath = {os.path.abspath(a.model)}\nparallel = 1\n"
            f"threads = {a.threads}\nctx_size = {a.ctx}\npersist_on_unload = false\n")
-    srv = sc.Server(a.switchyard, cfg, a.plugin_dir, a.work_dir)
-    try:
-        result["switchyard"] = run_rounds(srv.port, "bench", a.tokens, a.repeats)
-    finally:
-        srv.stop()
-    result["load_between"] = sc.loadavg()
-    ls = LlamaServer(a.llama_server, a.model, a.threads, a.ctx, os.path.join(a.work_dir, "llama-server.log"))
-    try:
-        result["llama.cpp"] = run_rounds(ls.port, None, a.tokens, a.repeats)
-    finally:
-        ls.stop()
-    result["load_after"] = sc.loadavg()
-    print(f"{'mode':<10} {'switchyard tok/s':>17} {'vs none':>8} {'llama.cpp tok/s':>16} {'vs none':>8}")
-    for m in modes():
-        row = [m]
-        for who in ("switchyard", "llama.cpp"):
-            v, base = result[who][m]["tok_s"], result[who]["none"]["tok_s"]
-            row += [f"{v:.2f}" if v else "-", f"{(v / base - 1) * 100:+.1f}%" if v and base else "-"]
-        print(f"{row[0]:<10} {row[1]:>17} {row[2]:>8} {row[3]:>16} {row[4]:>8}")
-        for who in ("switchyard", "llama.cpp"):
+    def save():
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
+
+    def show(who):
+        base = result[who]["none"]["tok_s"]
+        for m in modes():
+            v = result[who][m]["tok_s"]
             r = result[who][m]["rounds"][0]
-            print(f"    {who}: {r['tokens']} tokens, {r['finish']}: {r['text'][:80]!r}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+            loop = result[who][m].get("loop_us_per_constrained_token")
+            print(f"{who:<10} {m:<10} {v or 0:8.2f} tok/s  {(v / base - 1) * 100 if v and base else 0:+6.1f}% vs none  "
+                  + (f"grammar {loop:.0f} us/token  " if loop else "")
+                  + f"({r['tokens']} tokens, {r['finish']}: {r['text'][:60]!r})", flush=True)
+
+    if a.only in (None, "switchyard"):
+        srv = sc.Server(a.switchyard, cfg, a.plugin_dir, a.work_dir)
+        try:
+            result["switchyard"] = run_rounds(srv.port, "bench", a.tokens, a.repeats, metrics=True)
+        finally:
+            srv.stop()
+        result["load_after_switchyard"] = sc.loadavg()
+        show("switchyard")
+        save()
+    if a.only in (None, "llama.cpp"):
+        ls = LlamaServer(a.llama_server, a.model, a.threads, a.ctx, os.path.join(a.work_dir, "llama-server.log"))
+        try:
+            result["llama.cpp"] = run_rounds(ls.port, None, a.tokens, a.repeats)
+        finally:
+            ls.stop()
+        result["load_after_llama.cpp"] = sc.loadavg()
+        show("llama.cpp")
+        save()
 
 
 if __name__ == "__main__":
