@@ -480,8 +480,8 @@ static void stories260K_outputs_are_the_judged_ones(void **state) {
 
 /* The committed verdicts of a model the suite may not have; regenerated when `env` names the model: every
  * `stride`-th grammar, or with `limit` the first `limit` grammars in order with all their samples (the same
- * requests, in the same order, on the same slots as when they were judged: qwen-cpu-mmap's logits may differ in
- * the last bits with the KV a slot reuses, which a sampled token can follow). */
+ * requests, in the same order, on the same slots as when they were judged: in another order one qwen-cpu-mmap
+ * output differed, its logits depending in the last bits on its batch or reused KV). */
 static void check_optional_model(const char *label, const char *plugin, const char *env, const char *how,
                                  size_t stride, size_t limit) {
     cJSON *fx = load_fixture(label);
