@@ -264,14 +264,17 @@ static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, s
         total = 0;
         for (uint32_t i = 0; i < kept; i++) total += exp((double)s->cands[i].logit - max);
     } else {
-        /* min-p removes every logit below max + ln(min_p) whatever top-p does, so those never need sorting. */
+        /* min-p removes every logit below max + ln(min_p) whatever top-p does, so those never need sorting; nor do
+         * tokens a grammar masked to -inf (probability exactly 0: leaving them out draws the same token). */
         bool typical = p->typical_p > 0.0f && p->typical_p < 1.0f; /* it needs every candidate before min-p */
         float floor_logit = p->min_p > 0.0f && !typical ? max + logf(p->min_p) : -INFINITY;
+        total = 0;
         for (uint32_t i = 0; i < n; i++) {
+            if (logits[i] == -INFINITY) continue;
+            total += exp((double)logits[i] - max);
             if (logits[i] >= floor_logit) s->cands[kept++] = (candidate){(int32_t)i, logits[i], 0};
         }
-        total = 0;
-        for (uint32_t i = 0; i < n; i++) total += exp((double)logits[i] - max);
+        if (kept == 0) return sy_argmax(logits, n);
     }
     qsort(s->cands, kept, sizeof *s->cands, by_logit_desc);
     for (uint32_t i = 0; i < kept; i++) s->cands[i].p = exp((double)s->cands[i].logit - max) / total;

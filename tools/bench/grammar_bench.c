@@ -2,9 +2,14 @@
  * max, in microseconds) along seeded random generations for any JSON object (response_format json_object), a
  * 10-property schema and llama.cpp's json.gbnf; accept time; schema compile time; vocabulary build time.
  * Built with the tests (it reads the tokenizer fixture), not run by CTest:
- *   SY_SOURCE_DIR=. build/bin/grammar_bench [generations per grammar, default 40] */
+ *   SY_SOURCE_DIR=. build/bin/grammar_bench [generations per grammar, default 40] [VOCAB]
+ * VOCAB: another model's vocabulary, as `build/tests/constrained_corpus vocab PLUGIN MODEL > VOCAB` writes it
+ * (e.g. SmolLM2's 49,152 tokens). */
 #include <time.h>
 
+#include <math.h>
+
+#include "engine/constrain.h"
 #include "grammar_test_util.h"
 
 static double now_us(void) {
@@ -67,7 +72,9 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
     }
     size_t words = sy_grammar_vocab_mask_words(v->v);
     uint32_t *bits = malloc(words * sizeof *bits);
-    stats mask = {0}, first = {0}, acc = {0};
+    float *row = malloc(v->n * sizeof *row);
+    int32_t eog = v->eog;
+    stats mask = {0}, first = {0}, acc = {0}, step_cost = {0};
     uint64_t rng = 12345;
     long steps = 0;
     for (int k = 0; k < gens; k++) {
@@ -79,6 +86,14 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
             double t1 = now_us();
             if (n <= 0) break;
             add(k == 0 && step == 0 ? &first : &mask, t1 - t0);
+            /* What the scheduler does per constrained token: the mask (again: now from the cache) and the logits
+             * row masked with it (host/engine/constrain.c). Reported with the mask's own time added. */
+            for (uint32_t i = 0; i < v->n; i++) row[i] = 0.0f;
+            char msg[256];
+            double t2 = now_us();
+            if (sy_constrain_row(st, bits, row, v->n, &eog, eog >= 0 ? 1 : 0, false, msg, sizeof msg) != 0) break;
+            double t3 = now_us();
+            add(&step_cost, (t1 - t0) + (t3 - t2));
             int32_t tok = gt_nth_bit(bits, words, (long)(gt_rand(&rng) % (uint64_t)n));
             if (v->kinds[tok] == SY_GRAMMAR_TOKEN_EOG) break;
             t0 = now_us();
@@ -91,20 +106,57 @@ static void bench(const char *name, const char *gbnf, gt_vocab *v, int gens) {
     printf("%s (%d generations, %ld tokens)\n", name, gens, steps);
     report("first mask (cold)", &first);
     report("mask", &mask);
+    report("mask + logits row", &step_cost);
     report("accept_token", &acc);
     free(bits);
+    free(row);
     sy_grammar_free(g);
+}
+
+/* A vocabulary written by `build/tests/constrained_corpus vocab PLUGIN MODEL`: per id "N|C|E HEX". */
+static gt_vocab *vocab_from_dump(const char *path) {
+    size_t size = 0;
+    char *text = gt_read_file(path, &size);
+    if (text == NULL) return NULL;
+    uint32_t n = 0;
+    for (size_t i = 0; i < size; i++) n += text[i] == '\n';
+    gt_vocab *g = gt_vocab_alloc(n);
+    char *line = text;
+    for (uint32_t id = 0; id < n; id++) {
+        char *end = strchr(line, '\n');
+        *end = '\0';
+        g->kinds[id] = line[0] == 'E' ? SY_GRAMMAR_TOKEN_EOG : line[0] == 'C' ? SY_GRAMMAR_TOKEN_CONTROL
+                                                                              : SY_GRAMMAR_TOKEN_NORMAL;
+        if (g->kinds[id] == SY_GRAMMAR_TOKEN_EOG && g->eog < 0) g->eog = (int32_t)id;
+        size_t len = strlen(line) > 2 ? (strlen(line) - 2) / 2 : 0;
+        g->bytes[id] = malloc(len + 1);
+        for (size_t k = 0; k < len; k++) {
+            unsigned b = 0;
+            sscanf(line + 2 + 2 * k, "%2x", &b);
+            g->bytes[id][k] = (uint8_t)b;
+        }
+        g->lens[id] = len;
+        line = end + 1;
+    }
+    free(text);
+    if (!gt_vocab_build(g)) {
+        gt_vocab_free(g);
+        return NULL;
+    }
+    return g;
 }
 
 int main(int argc, char **argv) {
     int gens = argc > 1 ? atoi(argv[1]) : 40;
+    const char *dump = argc > 2 ? argv[2] : NULL;
     double t0 = now_us();
-    gt_vocab *v = gt_qwen3_vocab();
+    gt_vocab *v = dump != NULL ? vocab_from_dump(dump) : gt_qwen3_vocab();
     if (v == NULL) {
-        fprintf(stderr, "cannot load the Qwen3 vocabulary (set SY_SOURCE_DIR)\n");
+        fprintf(stderr, "cannot load the vocabulary (%s)\n", dump ? dump : "the Qwen3 fixture: set SY_SOURCE_DIR");
         return 1;
     }
-    printf("Qwen3 vocabulary: %u tokens, loaded and trie built in %.1f ms\n", v->n, (now_us() - t0) / 1e3);
+    printf("%s vocabulary: %u tokens, loaded and trie built in %.1f ms\n", dump ? dump : "Qwen3", v->n,
+           (now_us() - t0) / 1e3);
     char err[256];
     char *obj = NULL, *sch = NULL;
     sy_schema_options o = sy_schema_defaults();

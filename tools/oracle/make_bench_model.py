@@ -13,7 +13,7 @@ package's GGUFWriter directly (the same metadata keys and tensor names llama.cpp
 
 Usage:
   python3 tools/oracle/make_bench_model.py --out models/bench-qwen2.5-0.5b [--gguf] [--fetch-converter]
-         [--layers N] [--seed S]
+         [--layers N | --tiny] [--seed S]
 """
 
 import argparse
@@ -44,8 +44,15 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
-def build_checkpoint(out, layers, seed, tokenizer_dir):
-    config = transformers.Qwen2Config(**dict(QWEN25_05B, num_hidden_layers=layers))
+# --tiny: the same vocabulary, tokenizer and architecture in a tiny body (2 layers of width 64), for oracles that
+# need many sampled generations with the real 151,936-token vocabulary (llama_cpp_grammar_fixtures.py).
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=4096)
+
+
+def build_checkpoint(out, layers, seed, tokenizer_dir, tiny=False):
+    shape = dict(QWEN25_05B, **TINY) if tiny else dict(QWEN25_05B, num_hidden_layers=layers)
+    config = transformers.Qwen2Config(**shape)
     config.architectures = ["Qwen2ForCausalLM"]
     torch.manual_seed(seed)
     # Built directly in BF16: the random init is as good as any, and it halves time and memory.
@@ -181,6 +188,8 @@ def main():
     ap.add_argument("--out", required=True, help="output directory of the checkpoint")
     ap.add_argument("--layers", type=int, default=24, help="fewer layers for a quick check (default 24)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tiny", action="store_true",
+                    help="2 layers of width 64 with the real vocabulary (for oracles, not benchmarks)")
     ap.add_argument("--tokenizer-dir", default=DEFAULT_TOKENIZER_DIR)
     ap.add_argument("--gguf", action="store_true", help="also write OUT/model-f16.gguf")
     ap.add_argument("--llama-cpp", help="a llama.cpp checkout with convert_hf_to_gguf.py")
@@ -192,7 +201,7 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
 
     if not os.path.exists(os.path.join(args.out, "config.json")):
-        build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir)
+        build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
     else:
         print(f"checkpoint: {args.out} exists, kept")
     if not args.gguf:
