@@ -6,6 +6,8 @@
  * (vectors, copied to F32). The embedding is read one row per token, and with tied embeddings the logits come
  * from the same mapped matrix.
  *
+ * BERT-family encoders (model_type bert: embedding models and rerankers) load through qm_bert.c.
+ *
  * Architectures (config.json model_type): qwen2 (q/k/v biases, tied or untied), qwen3 (q/k RMSNorm, head_dim of
  * its own, optional attention biases), llama (GQA, optional attention biases, default / linear / llama3 RoPE),
  * lfm2 (layer_types mixes gated short convolutions and attention with q/k RMSNorm; final norm embedding_norm).
@@ -31,6 +33,7 @@
 #include "cpu_engine.h"
 #include "hf_config.h"
 #include "hf_vocab.h"
+#include "qm_bert.h"
 #include "safetensors.h"
 #include "tensor_names.h"
 #include "tokenizer_bpe.h"
@@ -134,6 +137,7 @@ static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config
 
 static sy_status qm_probe(const char *path) {
     if (path == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "probe: no path");
+    if (sy_bert_is_bert_dir(path)) return qm_bert_probe(path);
     struct stat st;
     if (stat(path, &st) != 0) return sy_cpu_fail(SY_ERR_IO, "%s: cannot open", path);
     if (!S_ISDIR(st.st_mode))
@@ -263,7 +267,7 @@ static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t
 }
 
 /* weight_dtype, n_params and the fingerprint, from every tensor of the checkpoint. */
-static void describe_weights(sy_model *m, const sy_safetensors *st, const char *config_json, size_t config_len) {
+void qm_describe_weights(sy_model *m, const sy_safetensors *st, const char *config_json, size_t config_len) {
     uint64_t bytes_by_type[SY_DTYPE_COUNT_ + 1] = {0};
     XXH3_state_t *h = XXH3_createState();
     uint64_t base = sy_safetensors_fingerprint(st, config_json, config_len);
@@ -287,7 +291,7 @@ static void describe_weights(sy_model *m, const sy_safetensors *st, const char *
 }
 
 /* The display name: the directory's last component. */
-static char *dir_name(const char *path) {
+char *qm_dir_name(const char *path) {
     size_t len = strlen(path);
     while (len > 1 && path[len - 1] == '/') len--;
     size_t start = len;
@@ -340,7 +344,7 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->format = fmt;
     m->format_free = format_free;
     m->architecture = strdup(h.model_type);
-    m->name = dir_name(dir);
+    m->name = qm_dir_name(dir);
     if (m->architecture == NULL || m->name == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
     m->n_ctx_train = h.max_position_embeddings;
 
@@ -376,7 +380,7 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
                                     : NULL;
     free(config_path);
     if (config_json == NULL) return sy_cpu_fail(SY_ERR_IO, "%s", err);
-    describe_weights(m, fmt->st, config_json, config_len);
+    qm_describe_weights(m, fmt->st, config_json, config_len);
     free(config_json);
 
     st = sy_cpu_model_start(m, &cfg, &w, opt);
@@ -393,6 +397,7 @@ static sy_status qm_load(const char *path, const sy_option *options, size_t n_op
     sy_cpu_options opt;
     sy_status st = sy_cpu_options_parse(options, n_options, &opt);
     if (st != SY_OK) return st;
+    if (sy_bert_is_bert_dir(path)) return qm_bert_load(path, &opt, out);
     st = qm_probe(path);
     if (st != SY_OK) return st;
     sy_model *m = sy_cpu_model_new();
@@ -417,6 +422,7 @@ static sy_status qm_estimate(const char *path, const sy_option *options, size_t 
     sy_status st = sy_cpu_options_parse(options, n_options, &opt);
     if (st == SY_OK) st = qm_probe(path);
     if (st != SY_OK) return st;
+    if (sy_bert_is_bert_dir(path)) return qm_bert_estimate(path, &opt, out);
     char err[400];
     sy_hf_config h;
     if (!sy_hf_config_load(path, &h, NULL, err, sizeof err))
@@ -480,10 +486,12 @@ static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_INTERFACE_ID) == 0) return &engine_api;
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
+    if (id && strcmp(id, SY_ENGINE_EMBED_INTERFACE_ID) == 0) return &sy_cpu_embed_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }
 
 SY_DEFINE_PLUGIN_ENTRY(PLUGIN_NAME, "0.1.0",
-                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama, lfm2) on the CPU, mapped in place",
+                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama, lfm2; bert encoders) on the CPU, "
+                       "mapped in place",
                        qm_init, qm_deinit, qm_get_interface);
