@@ -51,6 +51,14 @@ int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, s
     return 0;
 }
 
+int sy_api_refuse_embedding_model(const sy_api_model *m, sy_api_error *e) {
+    if (m->lm == NULL || (m->lm->info.capabilities & SY_CAP_NO_GENERATE) == 0) return 0;
+    bool rerank = (m->lm->info.capabilities & SY_CAP_RERANK) != 0;
+    return sy_api_fail(e, 400, "model_not_generative", "model",
+                       "model %s is %s model: it does not generate text (use %s)", m->requested,
+                       rerank ? "a reranking" : "an embedding", rerank ? "/v1/rerank" : "/v1/embeddings or /api/embed");
+}
+
 void sy_api_model_release(sy_api_model *m) {
     if (m->lease != NULL) sy_model_lease_release(m->lease);
     m->lease = NULL;
@@ -103,6 +111,7 @@ static char *read_small_file(const char *path, char *err, size_t err_size) {
 int sy_api_render_chat(sy_http_request *r, const sy_api_model *m, const sy_chat_message *messages, size_t n,
                        bool add_generation_prompt, char **text, size_t *len, sy_api_error *e) {
     *text = NULL;
+    if (sy_api_refuse_embedding_model(m, e) != 0) return -1;
     const char *override = m->lease ? sy_model_lease_chat_template(m->lease) : NULL;
     char *file_text = NULL;
     char err[512] = "";
@@ -147,6 +156,7 @@ int sy_api_check_context(const sy_api_model *m, size_t n_prompt, const char *par
 
 int32_t *sy_api_tokenize_prompt(const sy_api_model *m, const char *text, size_t len, bool chat, size_t *n,
                                 sy_api_error *e) {
+    if (sy_api_refuse_embedding_model(m, e) != 0) return NULL;
     char err[512] = "";
     uint32_t flags = SY_TOKENIZE_PARSE_SPECIAL | (chat ? 0u : (uint32_t)SY_TOKENIZE_ADD_SPECIAL);
     size_t count = 0;

@@ -29,6 +29,9 @@ typedef struct sy_api_model {
 /* Acquire a lease (loading the model if needed): 400 without a name, 404 unknown (naming the models offered),
  * 503 load failed or timed out, 429 queue full. Lifts the connection's idle timeout. */
 int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, sy_api_error *e);
+/* 400 (model_not_generative) when the acquired model only embeds or scores (SY_CAP_NO_GENERATE): the text-
+ * generation paths (rendering a chat, tokenizing a prompt) refuse it, naming the routes it answers. */
+int sy_api_refuse_embedding_model(const sy_api_model *m, sy_api_error *e);
 /* Release the lease if still held. */
 void sy_api_model_release(sy_api_model *m);
 

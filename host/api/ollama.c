@@ -498,6 +498,15 @@ static sy_model_state state_of(sy_model_manager *mm, const char *name, sy_model_
     }
 }
 
+/* A loaded embedding model shows capabilities ["embedding"] (plus "completion" when it also generates). */
+static void embed_capabilities(cJSON *show, const sy_loaded_model *lm) {
+    if (lm == NULL || (lm->info.capabilities & (SY_CAP_EMBED | SY_CAP_RERANK)) == 0) return;
+    cJSON *caps = cJSON_CreateArray();
+    cJSON_AddItemToArray(caps, cJSON_CreateString("embedding"));
+    if ((lm->info.capabilities & SY_CAP_NO_GENERATE) == 0) cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
+    cJSON_ReplaceItemInObjectCaseSensitive(show, "capabilities", caps);
+}
+
 void sy_api_ollama_show(sy_http_request *r) {
     sy_api_error e;
     memset(&e, 0, sizeof e);
@@ -544,6 +553,7 @@ void sy_api_ollama_show(sy_http_request *r) {
                   sy_api_acquire(r, cm->name, &m, &e) == 0;
     sy_api_config_release(srv, cfg);
     const sy_loaded_model *lm = loaded ? m.lm : NULL;
+    embed_capabilities(json, lm);
     cJSON_AddStringToObject(json, "template", lm && lm->info.chat_template ? lm->info.chat_template : "");
     cJSON_AddItemToObject(json, "details", details_json(&f, lm));
     cJSON *info = cJSON_AddObjectToObject(json, "model_info");
@@ -612,4 +622,10 @@ void sy_api_ollama_version(sy_http_request *r) {
     cJSON *json = cJSON_CreateObject();
     cJSON_AddStringToObject(json, "version", SY_VERSION);
     sy_http_respond_json(r, 200, json);
+}
+
+/* keep_alive for the other Ollama routes (api/embeddings.c). */
+int sy_api_ollama_keep_alive(const cJSON *body, int64_t *ttl, sy_api_error *e) { return parse_keep_alive(body, ttl, e); }
+void sy_api_ollama_apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl) {
+    apply_keep_alive(r, model_name, ttl);
 }

@@ -18,5 +18,9 @@ void sy_api_ollama_tags(sy_http_request *r);
 void sy_api_ollama_show(sy_http_request *r);
 void sy_api_ollama_ps(sy_http_request *r);
 void sy_api_ollama_version(sy_http_request *r);
+/* Ollama's keep_alive of a request body, and applying it to the model acquired (api/embeddings.c). */
+struct sy_api_error;
+int sy_api_ollama_keep_alive(const cJSON *body, int64_t *ttl, struct sy_api_error *e);
+void sy_api_ollama_apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl);
 
 #endif

@@ -1,6 +1,7 @@
 /* See serve.h. The route labels are what /metrics reports per endpoint. */
 #include "api/serve.h"
 #include "api/admin.h"
+#include "api/embeddings.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/slots.h"
@@ -20,6 +21,11 @@ static const sy_http_route routes[] = {
     {GET, "/v1/models/", true, "/v1/models/{id}", OPENAI, false, sy_api_openai_model},
     {POST, "/v1/chat/completions", false, "/v1/chat/completions", OPENAI, false, sy_api_openai_chat},
     {POST, "/v1/completions", false, "/v1/completions", OPENAI, false, sy_api_openai_completions},
+    {POST, "/v1/embeddings", false, "/v1/embeddings", OPENAI, false, sy_api_openai_embeddings},
+    {POST, "/rerank", false, "/rerank", OPENAI, false, sy_api_rerank},
+    {POST, "/v1/rerank", false, "/v1/rerank", OPENAI, false, sy_api_rerank},
+    {POST, "/api/embed", false, "/api/embed", OLLAMA, false, sy_api_ollama_embed},
+    {POST, "/api/embeddings", false, "/api/embeddings", OLLAMA, false, sy_api_ollama_embeddings},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},
