@@ -446,6 +446,45 @@ static bool read_pre_tokenizer(sy_wordpiece *wp, const sy_json *p, char *err, si
     return true;
 }
 
+/* The vocabulary from n entries (text, length, id), ids below n_vocab; false with err for duplicates. */
+static bool vocab_init(sy_wordpiece *wp, uint32_t n_vocab, size_t n, const char *const *texts, const size_t *lens,
+                       const uint32_t *ids, char *err, size_t err_size) {
+    size_t text = 0;
+    for (size_t i = 0; i < n; i++) text += lens[i] + 1;
+    wp->n_vocab = n_vocab;
+    uint32_t slots = 1;
+    while (slots < 2 * wp->n_vocab) slots <<= 1;
+    wp->table_mask = slots - 1;
+    wp->arena = malloc(text ? text : 1);
+    wp->offset = malloc(wp->n_vocab * sizeof *wp->offset);
+    wp->length = calloc(wp->n_vocab, sizeof *wp->length);
+    wp->table = calloc(slots, sizeof *wp->table);
+    wp->special = calloc(wp->n_vocab, 1);
+    if (!wp->arena || !wp->offset || !wp->length || !wp->table || !wp->special) {
+        sy_errmsg(err, err_size, "out of memory for the vocabulary");
+        return false;
+    }
+    wp->memory = text + wp->n_vocab * 9ull + slots * 4ull;
+    memset(wp->offset, 0xFF, wp->n_vocab * sizeof *wp->offset);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = ids[i];
+        if (wp->offset[id] != UINT32_MAX) {
+            sy_errmsg(err, err_size, "vocabulary id %u is given twice", id);
+            return false;
+        }
+        wp->offset[id] = (uint32_t)wp->arena_len;
+        wp->length[id] = (uint32_t)lens[i];
+        memcpy(wp->arena + wp->arena_len, texts[i], lens[i]);
+        wp->arena[wp->arena_len + lens[i]] = '\0';
+        wp->arena_len += lens[i] + 1;
+        if (!vocab_insert(wp, id)) {
+            sy_errmsg(err, err_size, "vocabulary token \"%.40s\" is given twice", texts[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool read_model(sy_wordpiece *wp, const sy_json *m, char *err, size_t err_size) {
     const sy_json *type = sy_json_get(m, "type"), *vocab = sy_json_get(m, "vocab");
     if (!sy_json_is_string(type) || strcmp(type->str, "WordPiece") != 0) {
@@ -476,7 +515,7 @@ static bool read_model(sy_wordpiece *wp, const sy_json *m, char *err, size_t err
         wp->max_chars = (uint32_t)mx->num;
     }
     /* ids: each below the count of entries times a margin, so tables stay proportional to the file */
-    uint64_t max_id = 0, text = 0;
+    uint64_t max_id = 0;
     for (const sy_json *e = vocab->child; e; e = e->next) {
         if (!sy_json_is_number(e) || !(e->num >= 0 && e->num < WP_MAX_VOCAB) || e->num != (double)(uint32_t)e->num ||
             e->key_len == 0 || e->key_len > WP_MAX_TOKEN_BYTES || memchr(e->key, 0, e->key_len)) {
@@ -485,44 +524,26 @@ static bool read_model(sy_wordpiece *wp, const sy_json *m, char *err, size_t err
             return false;
         }
         if ((uint64_t)e->num + 1 > max_id) max_id = (uint64_t)e->num + 1;
-        text += e->key_len + 1;
     }
     if (max_id > 2 * (uint64_t)vocab->count + 1024) {
         sy_errmsg(err, err_size, "tokenizer.json: vocab ids reach %llu for %zu tokens", (unsigned long long)max_id,
                   vocab->count);
         return false;
     }
-    wp->n_vocab = (uint32_t)max_id;
-    uint32_t slots = 1;
-    while (slots < 2 * wp->n_vocab) slots <<= 1;
-    wp->table_mask = slots - 1;
-    wp->arena = malloc(text);
-    wp->offset = malloc(wp->n_vocab * sizeof *wp->offset);
-    wp->length = calloc(wp->n_vocab, sizeof *wp->length);
-    wp->table = calloc(slots, sizeof *wp->table);
-    wp->special = calloc(wp->n_vocab, 1);
-    if (!wp->arena || !wp->offset || !wp->length || !wp->table || !wp->special) {
-        sy_errmsg(err, err_size, "out of memory for the vocabulary");
-        return false;
+    const char **texts = malloc(vocab->count * sizeof *texts);
+    size_t *lens = malloc(vocab->count * sizeof *lens);
+    uint32_t *ids = malloc(vocab->count * sizeof *ids);
+    bool ok = texts && lens && ids;
+    size_t i = 0;
+    for (const sy_json *e = vocab->child; ok && e; e = e->next, i++) {
+        texts[i] = e->key;
+        lens[i] = e->key_len;
+        ids[i] = (uint32_t)e->num;
     }
-    wp->memory = text + wp->n_vocab * 9ull + slots * 4ull;
-    memset(wp->offset, 0xFF, wp->n_vocab * sizeof *wp->offset);
-    for (const sy_json *e = vocab->child; e; e = e->next) {
-        uint32_t id = (uint32_t)e->num;
-        if (wp->offset[id] != UINT32_MAX) {
-            sy_errmsg(err, err_size, "tokenizer.json: vocab id %u is given twice", id);
-            return false;
-        }
-        wp->offset[id] = (uint32_t)wp->arena_len;
-        wp->length[id] = (uint32_t)e->key_len;
-        memcpy(wp->arena + wp->arena_len, e->key, e->key_len);
-        wp->arena[wp->arena_len + e->key_len] = '\0';
-        wp->arena_len += e->key_len + 1;
-        if (!vocab_insert(wp, id)) {
-            sy_errmsg(err, err_size, "tokenizer.json: vocab token \"%.40s\" is given twice", e->key);
-            return false;
-        }
-    }
+    ok = ok ? vocab_init(wp, (uint32_t)max_id, vocab->count, texts, lens, ids, err, err_size)
+            : (sy_errmsg(err, err_size, "out of memory"), false);
+    free(texts), free(lens), free(ids);
+    if (!ok) return false;
     const sy_json *unk = sy_json_get(m, "unk_token");
     wp->unk = sy_json_is_string(unk) ? vocab_find(wp, unk->str, unk->len) : -1;
     if (wp->unk < 0) {
@@ -686,6 +707,67 @@ sy_wordpiece *sy_wordpiece_from_json(const char *json, size_t len, char *err, si
         if (sy_json_is_number(pad) && pad->num >= 0 && pad->num < wp->n_vocab) wp->pad = (int32_t)pad->num;
     }
     sy_json_doc_free(&doc);
+    if (!ok) {
+        sy_wordpiece_free(wp);
+        return NULL;
+    }
+    return wp;
+}
+
+sy_wordpiece *sy_wordpiece_from_list(const char *const *tokens, const size_t *lens, uint32_t n, const uint8_t *special,
+                                     int32_t unk, int32_t cls, int32_t sep, int32_t pad, bool lowercase, char *err,
+                                     size_t err_size) {
+    if (n == 0 || n > WP_MAX_VOCAB || unk < 0 || (uint32_t)unk >= n) {
+        sy_errmsg(err, err_size, "a vocabulary of %u tokens with unknown-token id %d", n, unk);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (lens[i] == 0 || lens[i] > WP_MAX_TOKEN_BYTES || memchr(tokens[i], 0, lens[i]) ||
+            check_utf8(tokens[i], lens[i], err, err_size) != SY_OK) {
+            sy_errmsg(err, err_size, "token %u: 1 to %u bytes of UTF-8 without U+0000", i, WP_MAX_TOKEN_BYTES);
+            return NULL;
+        }
+    sy_wordpiece *wp = calloc(1, sizeof *wp);
+    uint32_t *ids = malloc(n * sizeof *ids);
+    bool ok = wp && ids;
+    for (uint32_t i = 0; ok && i < n; i++) ids[i] = i;
+    if (ok) ok = vocab_init(wp, n, n, tokens, lens, ids, err, err_size);
+    free(ids);
+    if (ok) {
+        wp->has_normalizer = wp->clean_text = wp->chinese = true;
+        wp->lowercase = wp->strip_accents = lowercase;
+        wp->bert_pre = true;
+        memcpy(wp->prefix, "##", 2);
+        wp->prefix_len = 2;
+        wp->max_chars = 100;
+        wp->unk = unk;
+        wp->cls = cls >= 0 && (uint32_t)cls < n ? cls : -1;
+        wp->sep = sep >= 0 && (uint32_t)sep < n ? sep : -1;
+        wp->pad = pad >= 0 && (uint32_t)pad < n ? pad : -1;
+        size_t n_special = 0;
+        for (uint32_t i = 0; i < n; i++) n_special += special && special[i];
+        wp->added = calloc(n_special ? n_special : 1, sizeof *wp->added);
+        ok = wp->added != NULL;
+        for (uint32_t i = 0; ok && i < n; i++) {
+            if (!special || !special[i]) continue;
+            wp_added *a = &wp->added[wp->n_added++];
+            a->text = strndup(tokens[i], lens[i]);
+            a->len = lens[i];
+            a->id = (int32_t)i;
+            a->special = true;
+            wp->special[i] = 1;
+            ok = a->text != NULL;
+        }
+        if (wp->cls >= 0 && wp->sep >= 0) {
+            wp_piece single[] = {{wp->cls, 0}, {-1, 0}, {wp->sep, 0}};
+            wp_piece pair[] = {{wp->cls, 0}, {-1, 0}, {wp->sep, 0}, {-2, 1}, {wp->sep, 1}};
+            memcpy(wp->single, single, sizeof single);
+            memcpy(wp->pair, pair, sizeof pair);
+            wp->n_single = 3;
+            wp->n_pair = 5;
+        }
+        if (!ok) sy_errmsg(err, err_size, "out of memory");
+    }
     if (!ok) {
         sy_wordpiece_free(wp);
         return NULL;

@@ -30,6 +30,13 @@ bool sy_wordpiece_is_wordpiece_json(const char *json, size_t len);
 
 /* Builds the tokenizer from tokenizer.json bytes (need not be NUL-terminated). NULL with one line in err. */
 sy_wordpiece *sy_wordpiece_from_json(const char *json, size_t len, char *err, size_t err_size);
+/* From a plain token list (GGUF's tokenizer.ggml.tokens in WordPiece spelling: "##" on continuing pieces), ids
+ * 0..n-1, with BertNormalizer's defaults (lower case and accent stripping as `lowercase` says), BertPreTokenizer,
+ * and [CLS] A [SEP] ([CLS] A [SEP] B [SEP]) when cls and sep are ids; special[i] marks added special tokens
+ * (may be NULL). NULL with one line in err. */
+sy_wordpiece *sy_wordpiece_from_list(const char *const *tokens, const size_t *lens, uint32_t n, const uint8_t *special,
+                                     int32_t unk, int32_t cls, int32_t sep, int32_t pad, bool lowercase, char *err,
+                                     size_t err_size);
 void sy_wordpiece_free(sy_wordpiece *wp);
 
 /* Token ids of text (valid UTF-8; invalid bytes are SY_ERR_INVALID_ARGUMENT). flags: SY_TOKENIZE_ADD_SPECIAL puts the

@@ -1,8 +1,12 @@
 /* Embedding models in qwen-cpu-mmap through "sy.engine.embed/1": all-MiniLM-L6-v2 (SY_MINILM_DIR; skipped without
  * it) against sentence-transformers on 128 sentences (tests/fixtures/embeddings/minilm-st.json.zst, written by
  * tools/oracle/embedding_fixtures.py): the tokens it fed after its truncation, and a cosine similarity of at
- * least 0.9999 for every vector, in one batch and one at a time; under the tier SY_CPU_TIER forces (CTest runs it
- * once per tier). */
+ * least 0.9999 for every vector, in one batch and one at a time; the same model as an F16 GGUF (SY_MINILM_GGUF, from
+ * llama.cpp's converter; skipped without it) within F16 error on the same tokens; random-weight BERT models made
+ * by transformers (tests/fixtures/hf/bert-tiny-embed: CLS pooling + Normalize, bert-tiny-rerank:
+ * BertForSequenceClassification), as SafeTensors and as GGUF (gguf-quant), within 1e-4 relative of transformers,
+ * tokens included; under the tier SY_CPU_TIER forces (CTest runs it once per tier). */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +152,175 @@ static void test_minilm_against_sentence_transformers(void **state) {
     qt_api->unload(m);
 }
 
+/* gguf-quant, dlopened beside qwen-cpu-mmap. */
+static void *gq_handle;
+static const sy_plugin_entry *gq_entry;
+static const sy_engine_api *gq_api;
+static const sy_engine_embed_api *gq_embed;
+
+static void gq_log(sy_log_level level, const char *plugin, const char *message) {
+    if (level <= SY_LOG_WARN) fprintf(stderr, "[%s] %s\n", plugin, message);
+}
+static const sy_host_api gq_host = {
+    .struct_size = sizeof(sy_host_api), .abi_major = SY_ABI_VERSION_MAJOR, .abi_minor = SY_ABI_VERSION_MINOR,
+    .host_version = "embed test", .log = gq_log};
+
+static bool open_gguf_plugin(void) {
+    if (gq_api) return true;
+    char so[1024];
+    snprintf(so, sizeof so, "%s/plugins/gguf-quant.so", getenv("SY_BUILD_DIR"));
+    gq_handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (gq_handle == NULL) return false;
+    gq_entry = dlsym(gq_handle, SY_PLUGIN_ENTRY_SYMBOL);
+    if (gq_entry == NULL || gq_entry->init(&gq_host) != SY_OK) return false;
+    gq_api = gq_entry->get_interface(SY_ENGINE_INTERFACE_ID);
+    gq_embed = gq_entry->get_interface(SY_ENGINE_EMBED_INTERFACE_ID);
+    return gq_api && gq_embed;
+}
+
+static sy_model *load_with(const sy_engine_api *api, const char *path) {
+    sy_option opts[] = {{"threads", "2"}};
+    sy_model *m = NULL;
+    sy_status st = api->load(path, opts, 1, &m);
+    if (st != SY_OK) fail_msg("load %s: %s", path, api->error_message());
+    return m;
+}
+
+static cJSON *json_file(const char *path) {
+    size_t n = 0;
+    char *text = qt_read_file(path, &n);
+    assert_non_null(text);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    assert_non_null(doc);
+    return doc;
+}
+
+/* max |a - b| over max |b|: the relative error of a vector */
+static double rel_error(const float *a, const cJSON *b, size_t n) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = cJSON_GetArrayItem(b, (int)i)->valuedouble;
+        if (fabs(a[i] - w) > worst) worst = fabs(a[i] - w);
+        if (fabs(w) > scale) scale = fabs(w);
+    }
+    return worst / scale;
+}
+
+static void check_tiny_embed(const sy_engine_api *api, const sy_engine_embed_api *emb, const char *path,
+                             const cJSON *doc, bool tokens_too) {
+    sy_model *m = load_with(api, path);
+    sy_model_info info = {.struct_size = sizeof info};
+    assert_int_equal(api->model_info(m, &info), SY_OK);
+    assert_int_equal(info.pooling, SY_POOLING_CLS);
+    assert_int_equal(info.n_embd_out, 32);
+    assert_true(info.embd_normalized);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids");
+        int32_t toks[256];
+        size_t n = (size_t)cJSON_GetArraySize(ids);
+        for (size_t t = 0; t < n; t++) toks[t] = cJSON_GetArrayItem(ids, (int)t)->valueint;
+        if (tokens_too) {
+            int32_t mine[256];
+            size_t nm = 0;
+            assert_int_equal(api->tokenize(m, text, strlen(text), SY_TOKENIZE_ADD_SPECIAL | SY_TOKENIZE_PARSE_SPECIAL,
+                                           mine, 256, &nm), SY_OK);
+            assert_int_equal(nm, n);
+            for (size_t t = 0; t < n; t++) assert_int_equal(mine[t], toks[t]);
+        }
+        float v[32];
+        sy_embed_input in = {sizeof in, toks, (uint32_t)n, NULL};
+        sy_embed_batch b = {sizeof b, 1, sizeof in, &in, v, NULL};
+        assert_int_equal(emb->embed(m, &b), SY_OK);
+        double e = rel_error(v, cJSON_GetObjectItem(c, "vector"), 32);
+        if (e > 1e-4) fail_msg("%s %s: relative error %g", path, text, e);
+    }
+    api->unload(m);
+}
+
+static void check_tiny_rerank(const sy_engine_api *api, const sy_engine_embed_api *emb, const char *path,
+                              const cJSON *doc) {
+    sy_model *m = load_with(api, path);
+    sy_model_info info = {.struct_size = sizeof info};
+    assert_int_equal(api->model_info(m, &info), SY_OK);
+    assert_int_equal(info.pooling, SY_POOLING_RANK);
+    assert_true(info.capabilities & SY_CAP_RERANK);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        const char *q = cJSON_GetObjectItem(c, "query")->valuestring, *d = cJSON_GetObjectItem(c, "document")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids"), *types = cJSON_GetObjectItem(c, "types");
+        int32_t toks[256], tys[256];
+        size_t n = 0;
+        assert_int_equal(emb->tokenize_pair(m, q, strlen(q), d, strlen(d), toks, tys, 256, &n), SY_OK);
+        assert_int_equal(n, (size_t)cJSON_GetArraySize(ids));
+        for (size_t t = 0; t < n; t++) {
+            assert_int_equal(toks[t], cJSON_GetArrayItem(ids, (int)t)->valueint);
+            assert_int_equal(tys[t], cJSON_GetArrayItem(types, (int)t)->valueint);
+        }
+        float score;
+        sy_embed_input in = {sizeof in, toks, (uint32_t)n, tys};
+        sy_embed_batch b = {sizeof b, 1, sizeof in, &in, &score, NULL};
+        assert_int_equal(emb->score(m, &b), SY_OK);
+        double want = cJSON_GetObjectItem(c, "score")->valuedouble;
+        if (fabs(score - want) > 1e-4 * fabs(want)) fail_msg("%s: score %.7f, transformers %.7f", path, score, want);
+        assert_int_equal(emb->embed(m, &b), SY_ERR_UNSUPPORTED);
+    }
+    api->unload(m);
+}
+
+static void test_tiny_bert_models(void **state) {
+    (void)state;
+    if (tier_skipped()) skip();
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/hf/bert-tiny-embed", getenv("SY_SOURCE_DIR"));
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    cJSON *doc = json_file(path);
+    check_tiny_embed(qt_api, embed_api, dir, doc, true);
+    assert_true(open_gguf_plugin());
+    snprintf(path, sizeof path, "%s/model-f32.gguf", dir);
+    check_tiny_embed(gq_api, gq_embed, path, doc, true);
+    cJSON_Delete(doc);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/hf/bert-tiny-rerank", getenv("SY_SOURCE_DIR"));
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    doc = json_file(path);
+    check_tiny_rerank(qt_api, embed_api, dir, doc);
+    snprintf(path, sizeof path, "%s/model-f32.gguf", dir);
+    check_tiny_rerank(gq_api, gq_embed, path, doc);
+    cJSON_Delete(doc);
+}
+
+/* The MiniLM GGUF (F16 matrices) on the tokens sentence-transformers fed: within F16 error of its vectors. */
+static void test_minilm_gguf(void **state) {
+    (void)state;
+    const char *path = getenv("SY_MINILM_GGUF");
+    if (path == NULL || *path == '\0' || tier_skipped()) skip();
+    assert_true(open_gguf_plugin());
+    sy_model *m = load_with(gq_api, path);
+    cJSON *doc = fixture("minilm-st.json.zst");
+    const cJSON *c;
+    double worst = 1;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids"), *vec = cJSON_GetObjectItem(c, "vector");
+        int32_t toks[512];
+        size_t n = (size_t)cJSON_GetArraySize(ids);
+        for (size_t t = 0; t < n; t++) toks[t] = cJSON_GetArrayItem(ids, (int)t)->valueint;
+        float v[384];
+        double want[384];
+        for (size_t d = 0; d < 384; d++) want[d] = cJSON_GetArrayItem(vec, (int)d)->valuedouble;
+        sy_embed_input in = {sizeof in, toks, (uint32_t)n, NULL};
+        sy_embed_batch b = {sizeof b, 1, sizeof in, &in, v, NULL};
+        assert_int_equal(gq_embed->embed(m, &b), SY_OK);
+        double cs = cosine(v, want, 384);
+        if (cs < worst) worst = cs;
+        if (cs < 0.9999) fail_msg("GGUF: cosine %.6f", cs);
+    }
+    fprintf(stderr, "minilm GGUF (%s tier): worst cosine %.7f\n", sy_kernels_active()->name, worst);
+    cJSON_Delete(doc);
+    gq_api->unload(m);
+}
+
 static int setup(void **state) {
     if (qt_plugin_open(state) != 0) return -1;
     embed_api = qt_entry->get_interface(SY_ENGINE_EMBED_INTERFACE_ID);
@@ -157,6 +330,11 @@ static int setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minilm_against_sentence_transformers),
+        cmocka_unit_test(test_tiny_bert_models),
+        cmocka_unit_test(test_minilm_gguf),
     };
-    return cmocka_run_group_tests(tests, setup, qt_plugin_close);
+    int rc = cmocka_run_group_tests(tests, setup, qt_plugin_close);
+    if (gq_entry) gq_entry->deinit();
+    if (gq_handle) dlclose(gq_handle);
+    return rc;
 }

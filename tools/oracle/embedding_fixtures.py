@@ -3,6 +3,8 @@
 
     python3 tools/oracle/embedding_fixtures.py minilm --model "$SY_MINILM_DIR" --out tests/fixtures/embeddings
 
+    python3 tools/oracle/embedding_fixtures.py tiny --out tests/fixtures/hf --llama-cpp LLAMA_CPP_SOURCE
+
 minilm: all-MiniLM-L6-v2 as sentence-transformers runs it (its max_seq_length 256, mean pooling, Normalize) on 128
 sentences (English, accents, Greek, Cyrillic, CJK, Arabic, Hindi, emoji, code, and long ones past 256 tokens):
 minilm-st.json.zst = {"oracle": versions, "max_seq_length": 256, "dim": 384, "cases": [{"text", "ids": the
@@ -73,6 +75,151 @@ def minilm(args):
     print("%d sentences, dim %d, longest %d tokens" % (len(cases), vecs.shape[1], max(len(c["ids"]) for c in cases)))
 
 
+TINY_TEXT = ("The switchyard sorts freight cars onto tracks by destination. Locomotives shunt them back and forth, "
+             "engineers signal each move, and the night shift keeps trains rolling through storms, snow and heat. "
+             "Passengers wait on platform four for the express to the city; the café sells coffee and croissants.")
+TINY_SENTENCES = ["The switchyard sorts freight cars.", "Locomotives shunt them back and forth!",
+                  "Passengers wait on platform four.", "the night shift keeps trains rolling",
+                  "Café coffee and croissants?", "storms snow and heat", "xyzzy unknown words qqq", "trains"]
+
+
+def tiny(args):
+    """Random-weight BERT encoders made by transformers' own classes, with a WordPiece tokenizer trained on a
+    paragraph: bert-tiny-embed (BertModel + sentence-transformers CLS pooling and Normalize) and bert-tiny-rerank
+    (BertForSequenceClassification, one label). expected.json: the token ids and the vectors / scores of
+    transformers in float32; llama.cpp's converter writes each as model-f32.gguf beside it when --llama-cpp is
+    given."""
+    import subprocess
+    import tempfile
+    import tokenizers
+    import torch
+    import transformers
+    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
+
+    tok = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator([TINY_TEXT] * 4, trainers.WordPieceTrainer(vocab_size=160, special_tokens=specials))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    fast.do_lower_case = True
+    vocab = tok.get_vocab_size()
+    for name, rerank in (("bert-tiny-embed", False), ("bert-tiny-rerank", True)):
+        torch.manual_seed(16 + rerank)
+        cfg = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64, type_vocab_size=2, num_labels=1,
+                         layer_norm_eps=1e-12, pad_token_id=0)
+        model = (BertForSequenceClassification if rerank else BertModel)(cfg).eval()
+        with torch.no_grad():  # visible norms and biases, as the chat fixtures do
+            for n, p in model.named_parameters():
+                if "LayerNorm.weight" in n:
+                    p.copy_(1 + 0.2 * torch.randn_like(p))
+                elif n.endswith("bias"):
+                    p.copy_(0.2 * torch.randn_like(p))
+                else:
+                    p.copy_(0.15 * torch.randn_like(p))
+        out = os.path.join(args.out, name)
+        os.makedirs(out, exist_ok=True)
+        model.save_pretrained(out, safe_serialization=True)
+        fast.save_pretrained(out)
+        for extra in ("vocab.txt", "special_tokens_map.json"):
+            if os.path.exists(os.path.join(out, extra)):
+                os.remove(os.path.join(out, extra))
+        doc = {"format": 1, "model": name, "transformers_version": transformers.__version__,
+               "torch_version": torch.__version__, "cases": []}
+        if not rerank:
+            os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+            json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                       {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                       {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}],
+                      open(os.path.join(out, "modules.json"), "w"), indent=2)
+            json.dump({"word_embedding_dimension": 32, "pooling_mode_cls_token": True,
+                       "pooling_mode_mean_tokens": False}, open(os.path.join(out, "1_Pooling/config.json"), "w"))
+            json.dump({"max_seq_length": 48, "do_lower_case": False},
+                      open(os.path.join(out, "sentence_bert_config.json"), "w"))
+            for t in TINY_SENTENCES:
+                enc = fast(t, return_tensors="pt")
+                with torch.no_grad():
+                    h = model(**enc).last_hidden_state[0, 0]
+                v = torch.nn.functional.normalize(h, dim=0)
+                doc["cases"].append({"text": t, "ids": enc["input_ids"][0].tolist(),
+                                     "vector": [float("%.9g" % x) for x in v.tolist()]})
+        else:
+            for i, q in enumerate(TINY_SENTENCES[:4]):
+                for d in TINY_SENTENCES[4:]:
+                    enc = fast(q, d, return_tensors="pt")
+                    with torch.no_grad():
+                        score = model(**enc).logits[0, 0].item()
+                    doc["cases"].append({"query": q, "document": d, "ids": enc["input_ids"][0].tolist(),
+                                         "types": enc["token_type_ids"][0].tolist(), "score": float("%.9g" % score)})
+        with open(os.path.join(out, "expected.json"), "w") as f:
+            json.dump(doc, f, indent=1, ensure_ascii=False)
+        write_bert_gguf(out, model, cfg, tok, rerank, os.path.join(out, "model-f32.gguf"))
+        print(name, "written")
+
+
+def write_bert_gguf(src, model, cfg, tok, rerank, path):
+    """The checkpoint as llama.cpp's convert_hf_to_gguf.py writes a BERT (its converter refuses a tokenizer it has
+    no hash for, so the same keys, tensor names, from gguf's own TensorNameMap, and phantom-space vocabulary are
+    written here with the gguf package; checked against the converter's MiniLM output)."""
+    import gguf
+    import numpy as np
+    w = gguf.GGUFWriter(path + ".tmp", "bert")
+    w.add_name(os.path.basename(src))
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_layer_norm_eps(cfg.layer_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_causal_attention(False)
+    w.add_pooling_type(gguf.PoolingType.RANK if rerank else gguf.PoolingType.CLS)
+    w.add_token_type_count(cfg.type_vocab_size)
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    specials = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+    tokens = [t if t in specials else t[2:] if t.startswith("##") else "\u2581" + t for t, _ in vocab]
+    types = [gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t, _ in vocab]
+    w.add_tokenizer_model("bert")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    ids = tok.get_vocab()
+    w.add_bos_token_id(ids["[CLS]"])
+    w.add_eos_token_id(ids["[SEP]"])
+    w.add_unk_token_id(ids["[UNK]"])
+    w.add_sep_token_id(ids["[SEP]"])
+    w.add_pad_token_id(ids["[PAD]"])
+    w.add_mask_token_id(ids["[MASK]"])
+    w.add_bool("tokenizer.ggml.normalizer.lowercase", True)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, cfg.num_hidden_layers)
+    for n, p in model.state_dict().items():
+        if n.endswith("position_ids"):
+            continue
+        base = n[5:] if n.startswith("bert.") else n
+        if base.startswith("pooler.dense."):
+            if not rerank:
+                continue  # the converter drops an embedding model's pooler
+            new = "cls." + base.split(".")[-1]
+        elif base in ("classifier.weight", "classifier.bias"):
+            new = "cls.output." + base.split(".")[-1]
+        else:
+            new = names.get_name(base, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise SystemExit(f"no GGUF name for {n}")
+        w.add_tensor(new, p.detach().float().numpy().astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
 def write_zst(path, doc):
     data = zstandard.ZstdCompressor(level=19).compress(json.dumps(doc, ensure_ascii=False).encode())
     with open(path + ".tmp", "wb") as f:
@@ -88,8 +235,11 @@ def main():
     a = sub.add_parser("minilm")
     a.add_argument("--model", required=True)
     a.add_argument("--out", required=True)
+    t = sub.add_parser("tiny")
+    t.add_argument("--out", required=True)
+    t.add_argument("--llama-cpp", help="llama.cpp's source folder, for its convert_hf_to_gguf.py")
     args = ap.parse_args()
-    {"minilm": minilm}[args.cmd](args)
+    {"minilm": minilm, "tiny": tiny}[args.cmd](args)
 
 
 if __name__ == "__main__":
