@@ -264,6 +264,28 @@ def concurrent_clients(srv, fx):
             check(d < 1e-5, f"client {k} input {j}: differs by {d} from the request alone")
 
 
+@checked
+def rerank(srv, fx):
+    exp = json.load(open(os.path.join(ARGS.source_dir, "tests/fixtures/hf/bert-tiny-rerank/expected.json")))
+    q = exp["cases"][0]["query"]
+    cases = [c for c in exp["cases"] if c["query"] == q]
+    docs = [c["document"] for c in cases]
+    for path in ("/v1/rerank", "/rerank"):
+        st, r = srv.post(path, {"model": "rerank", "query": q, "documents": docs, "top_n": 3})
+        check(st == 200, f"{path}: {st} {r}")
+        want = sorted(range(len(cases)), key=lambda i: -cases[i]["score"])[:3]
+        got = [x["index"] for x in r["results"]]
+        check(got == want, f"{path}: order {got}, transformers' {want}")
+        for x in r["results"]:
+            w = cases[x["index"]]["score"]
+            check(abs(x["relevance_score"] - w) <= 1e-4 * abs(w), f"{path}: score {x['relevance_score']} vs {w}")
+        check(r["usage"]["prompt_tokens"] == sum(len(c["ids"]) for c in cases), f"usage {r['usage']}")
+    st, r = srv.post("/v1/embeddings", {"model": "rerank", "input": "x"})
+    check(st == 400 and "reranking model" in json.dumps(r), f"embeddings of a reranker: {st} {r}")
+    st, r = srv.post("/v1/rerank", {"model": "rerank", "query": q})
+    check(st == 400, f"rerank without documents: {st}")
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -284,6 +306,11 @@ path = {minilm}
 aliases = text-embedding-3-small
 threads = 2
 group = embed
+
+[model.rerank]
+plugin = qwen-cpu-mmap
+path = {os.path.join(ARGS.source_dir, "tests/fixtures/hf/bert-tiny-rerank")}
+group = rerank
 
 [model.chat]
 plugin = test-engine
