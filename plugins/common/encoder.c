@@ -18,6 +18,7 @@
 #include "threadpool.h"
 
 #define ATTN_BLOCK 128
+#define X_BLOCK_BYTES (256 * 1024)
 
 typedef struct enc_layer {
     sy_tf_matrix wq, wk, wv, wo, w_up, w_down;
@@ -225,10 +226,22 @@ static void mm_task(void *arg, size_t task, size_t thread_index) {
     const sy_tf_matrix *w = j->w;
     size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
     if (begin == end) return;
-    int rc = j->qx ? j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows)
-                   : j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x, j->n, w->cols, j->y,
-                                     w->rows);
-    if (rc != SY_KERNEL_OK) atomic_store(&j->failed, 1);
+    if (j->qx) {
+        if (j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows) !=
+            SY_KERNEL_OK)
+            atomic_store(&j->failed, 1);
+        return;
+    }
+    /* x in blocks of about X_BLOCK_BYTES (a multiple of 4 rows), so each stays in the core's L2 cache while the
+     * task's weight rows stream past it, as the transformer core does */
+    size_t block = X_BLOCK_BYTES / (w->cols * sizeof(float)) / 4 * 4;
+    if (block < 4) block = j->n;
+    for (size_t b0 = 0; b0 < j->n; b0 += block) {
+        size_t nb = j->n - b0 < block ? j->n - b0 : block;
+        if (j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x + b0 * w->cols, nb, w->cols,
+                            j->y + b0 * w->rows, w->rows) != SY_KERNEL_OK)
+            atomic_store(&j->failed, 1);
+    }
 }
 
 static bool matmul(sy_enc_model *m, const sy_tf_matrix *w, const float *bias, const float *x, size_t n, float *y) {
