@@ -34,6 +34,7 @@
 #include "hf_config.h"
 #include "hf_vocab.h"
 #include "qm_bert.h"
+#include "bert_config.h"
 #include "safetensors.h"
 #include "tensor_names.h"
 #include "tokenizer_bpe.h"
@@ -189,9 +190,14 @@ static bool bind_vector(const sy_safetensors *st, const char *name, uint64_t n, 
     return true;
 }
 
+/* A bare model's checkpoint (Qwen3Model: embedding models) names its tensors without "model.": set by
+ * bind_weights for the load or estimate on this thread. */
+static _Thread_local bool bare_names;
+
 /* The checkpoint's name of a tensor (tensor_names.h); "" (found nowhere) where its family has none. */
 static const char *tensor(char buf[NAME_BYTES], const sy_hf_config *h, sy_tensor_role role, uint32_t l) {
     sy_tensor_name(sy_tensor_scheme_of_hf(h->arch), role, l, buf, NAME_BYTES);
+    if (bare_names && strncmp(buf, "model.", 6) == 0) memmove(buf, buf + 6, strlen(buf + 6) + 1);
     return buf;
 }
 
@@ -306,6 +312,25 @@ char *qm_dir_name(const char *path) {
 
 /* ---- load ---- */
 
+/* A decoder embedding model (Qwen3-Embedding style): sentence-transformers' lasttoken pooling (with Normalize),
+ * or a bare model (Qwen3Model) without modules.json, which pools its last token unnormalized. The model embeds
+ * through the transformer core's last hidden state (cpu_embed.c); a bare model does not generate. */
+static sy_status embedding_setup(sy_model *m, const char *dir, const sy_hf_config *h) {
+    char err[400];
+    sy_st_pooling p;
+    if (!sy_st_pooling_load(dir, h->base_model ? SY_POOLING_LAST : SY_POOLING_NONE, &p, err, sizeof err))
+        return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    if (!p.present && !h->base_model) return SY_OK; /* a chat model */
+    if (p.pooling != SY_POOLING_LAST)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "decoder embedding models pool their last token (lasttoken), not %s",
+                           p.pooling == SY_POOLING_MEAN ? "mean" : "cls");
+    m->pooling = SY_POOLING_LAST;
+    m->embd_normalize = p.normalize;
+    m->embd_ctx = p.max_seq_length;
+    m->no_generate = h->base_model;
+    return SY_OK;
+}
+
 /* The weight tables over the mapped files (fmt->st, open), checked by name and shape; no tensor data is read.
  * The layer table goes to fmt->layers. */
 static sy_status bind_weights(const sy_hf_config *h, qm_format *fmt, const sy_tf_config *cfg, sy_tf_weights *w) {
@@ -314,11 +339,16 @@ static sy_status bind_weights(const sy_hf_config *h, qm_format *fmt, const sy_tf
     /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
     sy_tensor_role final_norm = h->arch == SY_HF_ARCH_LFM2 ? SY_TENSOR_TOKEN_EMBD_NORM : SY_TENSOR_OUTPUT_NORM;
     char n[NAME_BYTES];
+    bare_names = false;
+    bare_names = sy_safetensors_find(fmt->st, tensor(n, h, SY_TENSOR_TOKEN_EMBD, 0)) == NULL &&
+                 sy_safetensors_find(fmt->st, "embed_tokens.weight") != NULL;
     if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_TOKEN_EMBD, 0), vocab, embd, true, &w->token_embd) ||
         !bind_vector(fmt->st, tensor(n, h, final_norm, 0), embd, true, &w->output_norm))
         return SY_ERR_FORMAT;
-    if (h->tie_word_embeddings) {
-        w->output = w->token_embd; /* transformers ignores a stored lm_head.weight when tied */
+    if (h->tie_word_embeddings || h->base_model) {
+        /* transformers ignores a stored lm_head.weight when tied; a bare model has none (and no logits are asked
+         * of it: it only embeds) */
+        w->output = w->token_embd;
     } else if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_OUTPUT, 0), vocab, embd, true, &w->output)) {
         return SY_ERR_FORMAT;
     }
@@ -364,6 +394,8 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->pad_token = facts.pad;
     m->add_bos = facts.add_bos;
     m->chat_template = facts.chat_template;
+    st = embedding_setup(m, dir, &h);
+    if (st != SY_OK) return st;
 
     fmt->st = sy_safetensors_open(dir, err, sizeof err);
     if (fmt->st == NULL) return sy_cpu_fail(SY_ERR_FORMAT, "%s", err);

@@ -5,7 +5,8 @@
  * llama.cpp's converter; skipped without it) within F16 error on the same tokens; random-weight BERT models made
  * by transformers (tests/fixtures/hf/bert-tiny-embed: CLS pooling + Normalize, bert-tiny-rerank:
  * BertForSequenceClassification), as SafeTensors and as GGUF (gguf-quant), within 1e-4 relative of transformers,
- * tokens included; under the tier SY_CPU_TIER forces (CTest runs it once per tier). */
+ * tokens included; a random Qwen3Model with lasttoken pooling (tests/fixtures/hf/qwen3-tiny-embed) likewise; under
+ * the tier SY_CPU_TIER forces (CTest runs it once per tier). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -291,6 +292,52 @@ static void test_tiny_bert_models(void **state) {
     cJSON_Delete(doc);
 }
 
+/* A decoder embedding model (Qwen3Model, lasttoken pooling, Normalize) through the transformer core. */
+static void test_qwen3_embedding_model(void **state) {
+    (void)state;
+    if (tier_skipped()) skip();
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/hf/qwen3-tiny-embed", getenv("SY_SOURCE_DIR"));
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    cJSON *doc = json_file(path);
+    sy_model *m = load_with(qt_api, dir);
+    sy_model_info info = {.struct_size = sizeof info};
+    assert_int_equal(qt_api->model_info(m, &info), SY_OK);
+    assert_int_equal(info.pooling, SY_POOLING_LAST);
+    assert_int_equal(info.n_embd_out, 64);
+    assert_true(info.embd_normalized);
+    assert_int_equal(info.n_ctx, 128);
+    assert_true((info.capabilities & (SY_CAP_EMBED | SY_CAP_NO_GENERATE)) == (SY_CAP_EMBED | SY_CAP_NO_GENERATE));
+    sy_seq *seq = NULL;
+    assert_int_equal(qt_api->seq_create(m, &seq), SY_ERR_UNSUPPORTED);
+    const cJSON *c;
+    int32_t all[8][128];
+    sy_embed_input inputs[8];
+    uint32_t n_in = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids");
+        size_t n = 0;
+        assert_int_equal(qt_api->tokenize(m, text, strlen(text), SY_TOKENIZE_ADD_SPECIAL | SY_TOKENIZE_PARSE_SPECIAL,
+                                          all[n_in], 128, &n), SY_OK);
+        assert_int_equal(n, (size_t)cJSON_GetArraySize(ids));
+        for (size_t t = 0; t < n; t++) assert_int_equal(all[n_in][t], cJSON_GetArrayItem(ids, (int)t)->valueint);
+        inputs[n_in] = (sy_embed_input){sizeof(sy_embed_input), all[n_in], (uint32_t)n, NULL};
+        n_in++;
+    }
+    float out[8 * 64];
+    sy_embed_batch b = {sizeof b, n_in, sizeof(sy_embed_input), inputs, out, NULL};
+    assert_int_equal(embed_api->embed(m, &b), SY_OK);
+    uint32_t i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        double e = rel_error(out + i * 64, cJSON_GetObjectItem(c, "vector"), 64);
+        if (e > 1e-4) fail_msg("qwen3 case %u: relative error %g", i, e);
+        i++;
+    }
+    qt_api->unload(m);
+    cJSON_Delete(doc);
+}
+
 /* The MiniLM GGUF (F16 matrices) on the tokens sentence-transformers fed: within F16 error of its vectors. */
 static void test_minilm_gguf(void **state) {
     (void)state;
@@ -332,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_minilm_against_sentence_transformers),
         cmocka_unit_test(test_tiny_bert_models),
         cmocka_unit_test(test_minilm_gguf),
+        cmocka_unit_test(test_qwen3_embedding_model),
     };
     int rc = cmocka_run_group_tests(tests, setup, qt_plugin_close);
     if (gq_entry) gq_entry->deinit();

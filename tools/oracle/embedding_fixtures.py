@@ -164,6 +164,64 @@ def tiny(args):
         print(name, "written")
 
 
+def qwen3(args):
+    """qwen3-tiny-embed: a random-weight Qwen3Model (the bare network, as Qwen3-Embedding ships it) with
+    sentence-transformers' lasttoken pooling and Normalize, and the qwen3-f32 fixture's byte-level BPE with
+    <|endoftext|> appended by its post-processor (as Qwen3-Embedding's tokenizer appends it). expected.json: the
+    ids and the normalized last hidden state of transformers, for plain texts and for a query with the
+    instruction prefix ("Instruct: ...\nQuery:") Qwen3-Embedding asks of queries."""
+    import shutil
+    import torch
+    import transformers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model
+    src = os.path.join(os.path.dirname(args.out.rstrip("/")), "hf", "qwen3-f32") if not os.path.isdir(
+        os.path.join(args.out, "qwen3-f32")) else os.path.join(args.out, "qwen3-f32")
+    out = os.path.join(args.out, "qwen3-tiny-embed")
+    os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+    tj = json.load(open(os.path.join(src, "tokenizer.json")))
+    tj["post_processor"] = {"type": "TemplateProcessing",
+                            "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                       {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+                            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}},
+                                     {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}}],
+                            "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [500],
+                                                                 "tokens": ["<|endoftext|>"]}}}
+    json.dump(tj, open(os.path.join(out, "tokenizer.json"), "w"), ensure_ascii=False)
+    shutil.copy(os.path.join(src, "tokenizer_config.json"), os.path.join(out, "tokenizer_config.json"))
+    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+                      rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=500, eos_token_id=500,
+                      pad_token_id=500)
+    torch.manual_seed(3)
+    model = Qwen3Model(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in n else 0.1 * torch.randn_like(p))
+    model.save_pretrained(out, safe_serialization=True)
+    json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}],
+              open(os.path.join(out, "modules.json"), "w"), indent=2)
+    json.dump({"word_embedding_dimension": 64, "pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False,
+               "include_prompt": True}, open(os.path.join(out, "1_Pooling/config.json"), "w"))
+    json.dump({"max_seq_length": 128, "do_lower_case": False}, open(os.path.join(out, "sentence_bert_config.json"), "w"))
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"))
+    texts = ["The switchyard moves trains", "What is 12 + 345?", "Locomotives shunt freight cars.",
+             "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+             "Where do trains wait?"]
+    doc = {"format": 1, "model": "qwen3-tiny-embed", "transformers_version": transformers.__version__,
+           "torch_version": torch.__version__, "cases": []}
+    for t in texts:
+        ids = tok(t)["input_ids"]
+        with torch.no_grad():
+            h = model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
+        v = torch.nn.functional.normalize(h, dim=0)
+        doc["cases"].append({"text": t, "ids": ids, "vector": [float("%.9g" % x) for x in v.tolist()]})
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    print("qwen3-tiny-embed written; ids", [c["ids"][-1] for c in doc["cases"]])
+
+
 def write_bert_gguf(src, model, cfg, tok, rerank, path):
     """The checkpoint as llama.cpp's convert_hf_to_gguf.py writes a BERT (its converter refuses a tokenizer it has
     no hash for, so the same keys, tensor names, from gguf's own TensorNameMap, and phantom-space vocabulary are
@@ -238,8 +296,10 @@ def main():
     t = sub.add_parser("tiny")
     t.add_argument("--out", required=True)
     t.add_argument("--llama-cpp", help="llama.cpp's source folder, for its convert_hf_to_gguf.py")
+    q = sub.add_parser("qwen3")
+    q.add_argument("--out", required=True)
     args = ap.parse_args()
-    {"minilm": minilm, "tiny": tiny}[args.cmd](args)
+    {"minilm": minilm, "tiny": tiny, "qwen3": qwen3}[args.cmd](args)
 
 
 if __name__ == "__main__":
