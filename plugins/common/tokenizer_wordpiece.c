@@ -632,7 +632,8 @@ static bool read_template(sy_wordpiece *wp, const sy_json *tpl, const sy_json *s
         }
         const sy_json *ids = sy_json_get(sy_json_get(specials, id->str), "ids");
         const sy_json *first = sy_json_at(ids, 0);
-        if (sy_json_size(ids) != 1 || !sy_json_is_number(first) || !(first->num >= 0 && first->num < wp->n_vocab)) {
+        if (sy_json_size(ids) != 1 || !sy_json_is_number(first) || !(first->num >= 0 && first->num < wp->n_vocab) ||
+            first->num != (double)(uint32_t)first->num || wp->offset[(uint32_t)first->num] == UINT32_MAX) {
             sy_errmsg(err, err_size, "tokenizer.json: post_processor: special token %s must have one id in the vocabulary",
                       id->str);
             return false;
@@ -648,7 +649,8 @@ static bool read_post(sy_wordpiece *wp, const sy_json *p, char *err, size_t err_
     if (sy_json_is_string(type) && strcmp(type->str, "BertProcessing") == 0) {
         const sy_json *cls = sy_json_at(sy_json_get(p, "cls"), 1), *sep = sy_json_at(sy_json_get(p, "sep"), 1);
         if (!sy_json_is_number(cls) || !sy_json_is_number(sep) || !(cls->num >= 0 && cls->num < wp->n_vocab) ||
-            !(sep->num >= 0 && sep->num < wp->n_vocab)) {
+            !(sep->num >= 0 && sep->num < wp->n_vocab) || wp->offset[(uint32_t)cls->num] == UINT32_MAX ||
+            wp->offset[(uint32_t)sep->num] == UINT32_MAX) {
             sy_errmsg(err, err_size, "tokenizer.json: BertProcessing needs cls and sep ids in the vocabulary");
             return false;
         }
