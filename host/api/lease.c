@@ -82,6 +82,14 @@ int sy_api_acquire_loaded(sy_http_request *r, const char *requested, sy_api_mode
     return 0;
 }
 
+int sy_api_refuse_embedding_model(const sy_api_model *m, sy_api_error *e) {
+    if (m->lm == NULL || (m->lm->info.capabilities & SY_CAP_NO_GENERATE) == 0) return 0;
+    bool rerank = (m->lm->info.capabilities & SY_CAP_RERANK) != 0;
+    return sy_api_fail(e, 400, "model_not_generative", "model",
+                       "model %s is %s model: it does not generate text (use %s)", m->requested,
+                       rerank ? "a reranking" : "an embedding", rerank ? "/v1/rerank" : "/v1/embeddings or /api/embed");
+}
+
 void sy_api_model_release(sy_api_model *m) {
     if (m->lease != NULL) sy_model_lease_release(m->lease);
     m->lease = NULL;
@@ -109,6 +117,7 @@ int sy_api_check_context(const sy_api_model *m, size_t n_prompt, const char *par
 
 int32_t *sy_api_tokenize_prompt(const sy_api_model *m, const char *text, size_t len, bool chat, size_t *n,
                                 sy_api_error *e) {
+    if (sy_api_refuse_embedding_model(m, e) != 0) return NULL;
     char err[512] = "";
     if (sy_api_check_prompt_bytes(m->lm, m->name, len, chat ? "messages" : "prompt", e) != 0) return NULL;
     if (sy_api_tokenize_reserve(len, e) != 0) return NULL;

@@ -31,6 +31,9 @@ typedef struct sy_api_model {
 int sy_api_acquire(sy_http_request *r, const char *requested, sy_api_model *m, sy_api_error *e);
 /* A lease only if the model is loaded now (never loads, swaps or waits): 0, or -1 with m zeroed. */
 int sy_api_acquire_loaded(sy_http_request *r, const char *requested, sy_api_model *m);
+/* 400 (model_not_generative) when the acquired model only embeds or scores (SY_CAP_NO_GENERATE): the text-
+ * generation paths (rendering a chat, tokenizing a prompt) refuse it, naming the routes it answers. */
+int sy_api_refuse_embedding_model(const sy_api_model *m, sy_api_error *e);
 /* Release the lease if still held. */
 void sy_api_model_release(sy_api_model *m);
 

@@ -619,6 +619,15 @@ static sy_model_state state_of(sy_model_manager *mm, const char *name, sy_model_
     }
 }
 
+/* A loaded embedding model shows capabilities ["embedding"] (plus "completion" when it also generates). */
+static void embed_capabilities(cJSON *show, const sy_loaded_model *lm) {
+    if (lm == NULL || (lm->info.capabilities & (SY_CAP_EMBED | SY_CAP_RERANK)) == 0) return;
+    cJSON *caps = cJSON_CreateArray();
+    cJSON_AddItemToArray(caps, cJSON_CreateString("embedding"));
+    if ((lm->info.capabilities & SY_CAP_NO_GENERATE) == 0) cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
+    cJSON_ReplaceItemInObjectCaseSensitive(show, "capabilities", caps);
+}
+
 void sy_api_ollama_show(sy_http_request *r) {
     sy_api_error e;
     memset(&e, 0, sizeof e);
@@ -677,6 +686,7 @@ void sy_api_ollama_show(sy_http_request *r) {
     meta = NULL;
     cJSON_DeleteItemFromObjectCaseSensitive(info, "tokenizer.chat_template");
     cJSON_AddItemToObject(json, "model_info", info);
+    embed_capabilities(json, lm); /* an embedding model: what it answers instead */
     if (lm) {
         cJSON_AddNumberToObject(info, "switchyard.context_length", lm->info.n_ctx);
         cJSON_AddStringToObject(info, "switchyard.fingerprint", lm->info.fingerprint ? lm->info.fingerprint : "");
@@ -773,4 +783,10 @@ int sy_api_ollama_parse_request(const cJSON *body, bool chat, sy_gen_params *p, 
         sy_api_chat_free(&tools);
     }
     return rc;
+}
+
+/* keep_alive for the other Ollama routes (api/embeddings.c). */
+int sy_api_ollama_keep_alive(const cJSON *body, int64_t *ttl, sy_api_error *e) { return parse_keep_alive(body, ttl, e); }
+void sy_api_ollama_apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl) {
+    apply_keep_alive(r, model_name, ttl);
 }

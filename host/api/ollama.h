@@ -31,5 +31,9 @@ void sy_api_ollama_delete(sy_http_request *r);
 int sy_api_ollama_parse_request(const cJSON *body, bool chat, sy_gen_params *p, int64_t *keep_alive,
                                 sy_api_error *e);
 int sy_api_ollama_parse_duration(const char *s, double *seconds);
+/* Ollama's keep_alive of a request body, and applying it to the model acquired (api/embeddings.c). */
+struct sy_api_error;
+int sy_api_ollama_keep_alive(const cJSON *body, int64_t *ttl, struct sy_api_error *e);
+void sy_api_ollama_apply_keep_alive(sy_http_request *r, const char *model_name, int64_t ttl);
 
 #endif

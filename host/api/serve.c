@@ -4,6 +4,7 @@
 #include "api/llama_server.h"
 #include "api/anthropic.h"
 #include "api/apply_template.h"
+#include "api/embeddings.h"
 #include "api/ollama.h"
 #include "api/openai.h"
 #include "api/proxy.h"
@@ -37,6 +38,11 @@ static const sy_http_route routes[] = {
     {POST, "/v1/messages/count_tokens", false, "/v1/messages/count_tokens", ANTHROPIC, false,
      sy_api_anthropic_count_tokens},
     {POST, "/apply-template", false, "/apply-template", OPENAI, false, sy_api_apply_template},
+    {POST, "/v1/embeddings", false, "/v1/embeddings", OPENAI, false, sy_api_openai_embeddings},
+    {POST, "/rerank", false, "/rerank", OPENAI, false, sy_api_rerank},
+    {POST, "/v1/rerank", false, "/v1/rerank", OPENAI, false, sy_api_rerank},
+    {POST, "/api/embed", false, "/api/embed", OLLAMA, false, sy_api_ollama_embed},
+    {POST, "/api/embeddings", false, "/api/embeddings", OLLAMA, false, sy_api_ollama_embeddings},
     {POST, "/api/chat", false, "/api/chat", OLLAMA, false, sy_api_ollama_chat},
     {POST, "/api/generate", false, "/api/generate", OLLAMA, false, sy_api_ollama_generate},
     {GET, "/api/tags", false, "/api/tags", OLLAMA, false, sy_api_ollama_tags},
@@ -58,12 +64,9 @@ static const sy_http_route routes[] = {
     {GET | POST, "/upstream/", true, "/upstream/{model}", OPENAI, false, sy_api_upstream},
     {GET, "/logs", false, "/logs", OPENAI, false, sy_api_logs},
     {GET, "/logs/stream", false, "/logs/stream", OPENAI, false, sy_api_logs_stream},
-    /* OpenAI routes only upstreams answer here (the intercept forwards them); last, so that a route of our own
-     * engines for the same path, listed above, wins. */
-    {POST, "/v1/embeddings", false, "/v1/embeddings", OPENAI, false, sy_api_proxy_only},
+    /* OpenAI routes only upstreams answer here (the intercept forwards them; embeddings and rerank, which our own
+     * engines answer too, are above). */
     {POST, "/v1/audio/", true, "/v1/audio/{op}", OPENAI, false, sy_api_proxy_only},
-    {POST, "/v1/rerank", false, "/v1/rerank", OPENAI, false, sy_api_proxy_only},
-    {POST, "/rerank", false, "/rerank", OPENAI, false, sy_api_proxy_only},
     {POST, "/v1/responses", false, "/v1/responses", OPENAI, false, sy_api_proxy_only},
     {POST, "/v1/images/generations", false, "/v1/images/generations", OPENAI, false, sy_api_proxy_only},
 };

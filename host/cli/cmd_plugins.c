@@ -110,6 +110,7 @@ int sy_cmd_plugins(int argc, char **argv) {
         if (p->engine) { printf("%s%s", sep, SY_ENGINE_INTERFACE_ID); sep = ", "; }
         if (p->engine_state) { printf("%s%s", sep, SY_ENGINE_STATE_INTERFACE_ID); sep = ", "; }
         if (p->engine_sampling) { printf("%s%s", sep, SY_ENGINE_SAMPLING_INTERFACE_ID); sep = ", "; }
+        if (p->engine_embed) { printf("%s%s", sep, SY_ENGINE_EMBED_INTERFACE_ID); sep = ", "; }
         if (p->drafter) { printf("%s%s", sep, SY_DRAFTER_INTERFACE_ID); sep = ", "; }
         if (p->options) printf("%s%s (%u options)", sep, SY_PLUGIN_OPTIONS_INTERFACE_ID, (unsigned)p->options->n_options);
         printf("\n         %s\n", p->entry->description ? p->entry->description : "");

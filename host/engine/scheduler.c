@@ -22,6 +22,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "engine/constrain.h"
+#include "engine/embed_queue.h"
 #include "engine/prefix_cache.h"
 #include "engine/speculative.h"
 #include "engine/text_stream.h"
@@ -113,6 +114,7 @@ typedef struct parked {
 
 struct sy_scheduler {
     const sy_loaded_model *lm;
+    sy_embed_queue *embed_queue; /* embedding models: their requests' batching queue (embed_queue.h) */
     sy_scheduler_options opts;
     uint32_t n_vocab, n_ctx;
 
@@ -1426,6 +1428,7 @@ static void *engine_loop(void *arg) {
 
 /* What create made before the loop thread: the locks and the arrays; then the scheduler itself. */
 static void scheduler_free_parts(sy_scheduler *s) {
+    sy_embed_queue_destroy(s->embed_queue);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->task_done);
     pthread_mutex_destroy(&s->lock);
@@ -1437,6 +1440,23 @@ static void scheduler_free_parts(sy_scheduler *s) {
     free(s->sample_tokens);
     free(s->item_slots);
     free(s);
+}
+
+/* The embed queue's way onto the loop (embed_queue.h): a task of the loop that runs its function. */
+typedef struct embed_task {
+    void (*fn)(void *user);
+    void *user;
+} embed_task;
+
+static void embed_task_run(sy_scheduler *s, void *user) {
+    (void)s;
+    embed_task *t = user;
+    t->fn(t->user);
+}
+
+static int run_embed_task(void *ctx, void (*fn)(void *user), void *user) {
+    embed_task t = {fn, user};
+    return sy_scheduler_run_task(ctx, embed_task_run, &t);
 }
 
 sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_options *opts) {
@@ -1477,6 +1497,9 @@ sy_scheduler *sy_scheduler_create(const sy_loaded_model *lm, const sy_scheduler_
         s->sample_tokens = sy_xcalloc(s->n_slots, sizeof *s->sample_tokens);
     }
     s->item_cancel = (lm->info.capabilities & SY_CAP_ITEM_CANCEL) != 0;
+    if (lm->plugin != NULL && lm->plugin->engine_embed != NULL &&
+        (lm->info.capabilities & (SY_CAP_EMBED | SY_CAP_RERANK)) != 0)
+        s->embed_queue = sy_embed_queue_create(run_embed_task, s, lm);
     s->cache = sy_prefix_cache_create();
     s->item_slots = sy_xcalloc(s->n_slots, sizeof *s->item_slots);
     sy_host_call_init(&s->step_call);
@@ -1615,6 +1638,8 @@ void sy_scheduler_stop(sy_scheduler *s) {
     pthread_join(s->thread, NULL);
     s->joined = true;
 }
+
+sy_embed_queue *sy_scheduler_embed_queue(sy_scheduler *s) { return s != NULL ? s->embed_queue : NULL; }
 
 uint32_t sy_scheduler_slot_count(const sy_scheduler *s) { return s != NULL ? s->n_slots : 0; }
 

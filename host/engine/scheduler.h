@@ -190,6 +190,8 @@ void sy_scheduler_stop(sy_scheduler *s);
 /* Run fn(s, user) on the engine-loop thread between two steps and wait until it has run. Returns 0, or -1
  * (fn did not run) when the scheduler is stopping or when called from the loop thread. */
 int sy_scheduler_run_task(sy_scheduler *s, void (*fn)(sy_scheduler *s, void *user), void *user);
+/* The batching queue of an embedding or reranking model's requests (engine/embed_queue.h); NULL for other models. */
+struct sy_embed_queue *sy_scheduler_embed_queue(sy_scheduler *s);
 uint32_t sy_scheduler_slot_count(const sy_scheduler *s);
 /* A slot's sequence; false when there is no such slot. */
 bool sy_scheduler_get_slot(sy_scheduler *s, uint32_t slot, sy_sched_sequence *out);

@@ -130,6 +130,8 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
         lookup_interface(entry, SY_ENGINE_SAMPLING_INTERFACE_ID, SY_TABLE_MIN(sy_engine_sampling_api, decode_sample));
     plugin.engine_resources =
         lookup_interface(entry, SY_ENGINE_RESOURCES_INTERFACE_ID, SY_TABLE_MIN(sy_engine_resources_api, estimate));
+    plugin.engine_embed =
+        lookup_interface(entry, SY_ENGINE_EMBED_INTERFACE_ID, SY_TABLE_MIN(sy_engine_embed_api, tokenize_pair));
     plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, SY_TABLE_MIN(sy_drafter_api, observe));
     if (plugin.engine == NULL && plugin.drafter == NULL) {
         if (entry->deinit) entry->deinit();

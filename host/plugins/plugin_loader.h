@@ -18,6 +18,7 @@ typedef struct sy_plugin {
     const sy_engine_state_api *engine_state;
     const sy_engine_sampling_api *engine_sampling;
     const sy_engine_resources_api *engine_resources;
+    const sy_engine_embed_api *engine_embed; /* (1.2) embeddings and reranking */
     const sy_drafter_api *drafter;
     /* (1.2) The load options it declares, checked well-formed at load; NULL when it declares none (an older ABI). */
     const sy_plugin_options_api *options;

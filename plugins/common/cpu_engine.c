@@ -234,6 +234,7 @@ bool sy_cpu_model_kv_cache_stats(const sy_model *m, sy_kv_cache_stats *out) {
 
 void sy_cpu_unload(sy_model *m) {
     if (m == NULL) return;
+    sy_enc_destroy(m->enc);
     sy_tf_destroy(m->tf);
     sy_kv_cache_destroy(m->kv_cache); /* after the model: its sequences are gone with it */
     sy_ref_destroy(m->ref);
@@ -269,6 +270,7 @@ static uint32_t sy_cpu_max_rollback(const sy_model *m) {
 sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out) {
     if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "model_info: bad arguments");
+    if (m->enc) return sy_cpu_encoder_info(m, out);
     uint32_t n_ctx;
     const sy_tf_config *c = model_config(m, &n_ctx);
     sy_model_info info = {
@@ -291,11 +293,16 @@ sy_status sy_cpu_model_info(const sy_model *m, sy_model_info *out) {
         .max_sequences = 0,
         .max_rollback = sy_cpu_max_rollback(m),
         .max_decode_tokens = 0,
-        .capabilities = SY_CAP_ITEM_CANCEL,
+        .capabilities = SY_CAP_ITEM_CANCEL | (m->pooling != SY_POOLING_NONE ? SY_CAP_EMBED : 0) |
+                        (m->no_generate ? SY_CAP_NO_GENERATE : 0),
+        .pooling = m->pooling,
+        .n_embd_out = m->pooling != SY_POOLING_NONE ? c->n_embd : 0,
+        .embd_normalized = m->embd_normalize,
         .n_chat_templates = m->n_chat_templates,
         .chat_template_names = (const char *const *)m->chat_template_names,
         .chat_template_texts = (const char *const *)m->chat_template_texts,
     };
+    if (m->pooling != SY_POOLING_NONE && m->embd_ctx > 0 && m->embd_ctx < n_ctx) info.n_ctx = m->embd_ctx;
     /* only the fields the host's struct has */
     memcpy(out, &info, out->struct_size < sizeof info ? out->struct_size : sizeof info);
     return SY_OK;
@@ -305,7 +312,8 @@ sy_status sy_cpu_memory_usage(const sy_model *m, sy_memory_usage *out) {
     if (m == NULL || out == NULL || out->struct_size < sizeof(uint32_t))
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "memory_usage: bad arguments");
     sy_tf_memory_info tm = {0};
-    if (m->tf) sy_tf_memory(m->tf, &tm);
+    if (m->enc) tm.resident_bytes = sy_enc_memory(m->enc);
+    else if (m->tf) sy_tf_memory(m->tf, &tm);
     else sy_ref_memory(m->ref, &tm);
     sy_memory_usage u = {
         .struct_size = out->struct_size,
@@ -345,6 +353,8 @@ sy_status sy_cpu_token_to_bytes(const sy_model *m, int32_t token, char *out, siz
 uint32_t sy_cpu_token_flags(const sy_model *m, int32_t token) {
     if (m == NULL) return 0;
     uint32_t n_ctx;
+    if (m->enc) return token < 0 || (uint32_t)token >= sy_enc_model_config(m->enc)->n_vocab
+                           ? SY_TOKEN_INVALID : m->vocab_ops->token_flags(m->vocab, token);
     /* outside the logits rows: not a token of this model (ABI 1.2) */
     if (token < 0 || (uint32_t)token >= model_config(m, &n_ctx)->n_vocab) return SY_TOKEN_INVALID;
     return m->vocab_ops->token_flags(m->vocab, token);
@@ -354,6 +364,9 @@ uint32_t sy_cpu_token_flags(const sy_model *m, int32_t token) {
 
 sy_status sy_cpu_seq_create(sy_model *m, sy_seq **out) {
     if (m == NULL || out == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "seq_create: bad arguments");
+    if (m->enc || m->no_generate)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "%s is an embedding model: it does not generate text",
+                           m->name ? m->name : "this model");
     sy_seq *s = calloc(1, sizeof *s);
     bool ok = s != NULL && (m->tf ? (s->tf = sy_tf_seq_create(m->tf)) != NULL
                                   : (s->ref = sy_ref_seq_create(m->ref)) != NULL);
@@ -413,10 +426,15 @@ static int host_cancelled(void *call) {
     return host->is_cancelled ? host->is_cancelled((const sy_host_call *)call) : 0;
 }
 
+int sy_cpu_host_cancelled(void *call) { return host_cancelled(call); }
+
 sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {
     if (m == NULL || batch == NULL || (batch->n_items > 0 && batch->items == NULL) ||
         (batch->n_items > 0 && batch->item_size < offsetof(sy_decode_item, logits) + sizeof(float *)))
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "decode: bad batch");
+    if (m->enc || m->no_generate)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "%s is an embedding model: it does not generate text",
+                           m->name ? m->name : "this model");
     /* the backend's item arrays: on the stack for the usual small batches */
     sy_tf_batch_item tf_stack[DECODE_STACK_ITEMS], *tf_items = tf_stack;
     sy_ref_item ref_stack[DECODE_STACK_ITEMS], *ref_items = ref_stack;
@@ -452,7 +470,7 @@ sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {
                 continue;
             }
         }
-        if (m->tf) tf_items[n_run++] = (sy_tf_batch_item){it->seq->tf, it->tokens, it->n_tokens, it->n_logits, it->logits};
+        if (m->tf) tf_items[n_run++] = (sy_tf_batch_item){it->seq->tf, it->tokens, it->n_tokens, it->n_logits, it->logits, NULL};
         else ref_items[n_run++] = (sy_ref_item){it->seq->ref, it->tokens, it->n_tokens, it->n_logits, it->logits};
     }
     if (n_run == 0) {

@@ -28,6 +28,7 @@
 #include <switchyard/engine.h>
 #include <xxhash.h>
 
+#include "encoder.h"
 #include "kv_cache.h"
 #include "reference_forward.h"
 #include "transformer.h"
@@ -84,6 +85,10 @@ typedef struct sy_cpu_vocab_ops {
     uint32_t (*token_flags)(const void *vocab, int32_t id);
     uint64_t (*memory)(const void *vocab);
     void (*free)(void *vocab);
+    /* Optional: the model's input for a pair of texts with token types ("sy.engine.embed/1" tokenize_pair). */
+    sy_status (*tokenize_pair)(const void *vocab, const char *a, size_t a_len, const char *b, size_t b_len,
+                               int32_t *out, int32_t *types, size_t capacity, size_t *n_out, char *err,
+                               size_t err_size);
 } sy_cpu_vocab_ops;
 
 /* ---- the model ---- */
@@ -109,6 +114,13 @@ struct sy_model {
     void *format;
     void (*format_free)(void *format);
 
+    /* embedding models (cpu_embed.c): pooling NONE for generative ones */
+    sy_pooling pooling;
+    bool embd_normalize;
+    bool no_generate;   /* no language-model head: decode and sequences are refused */
+    uint32_t embd_ctx;  /* the longest input (sentence-transformers' max_seq_length); 0: n_ctx */
+    sy_enc_model *enc;  /* BERT-family encoders: set by sy_cpu_model_start_encoder, instead of tf and ref */
+
     /* set by sy_cpu_model_start */
     sy_tf_model *tf;
     sy_ref_model *ref;
@@ -126,6 +138,10 @@ sy_model *sy_cpu_model_new(void);
  * model's n_ctx_train (or 4096 when that is 0). Message without the path on failure. */
 sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_weights *w,
                              const sy_cpu_options *opt);
+/* For an encoder (encoder.h; m->pooling and m->embd_normalize set by the caller): builds it over weights that must
+ * outlive the model. */
+sy_status sy_cpu_model_start_encoder(sy_model *m, const sy_enc_config *cfg, const sy_enc_weights *w,
+                                     const sy_cpu_options *opt);
 /* "sy.engine.resources/1" for a plugin that has bound cfg and w from its files' headers (the weights' data
  * pointers into its mappings): what sy_cpu_model_start with opt, the plugin's mapped_bytes and its vocabulary of
  * vocab_bytes (as its vocab_ops->memory will count it) will hold right after the load. n_ctx_train as in
@@ -163,6 +179,20 @@ sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch);
  * (SY_LFM2_ROLLBACK tokens) is SY_ERR_UNSUPPORTED. A plugin returns sy_cpu_state_api from get_interface for
  * SY_ENGINE_STATE_INTERFACE_ID. */
 extern const sy_engine_state_api sy_cpu_state_api;
+
+/* Whether the host cancelled the call behind `call` (a sy_host_call *; NULL: no). */
+int sy_cpu_host_cancelled(void *call);
+/* model_info of an encoder model (cpu_embed.c). */
+sy_status sy_cpu_encoder_info(const sy_model *m, sy_model_info *out);
+
+/* "sy.engine.embed/1" over the encoder core and, for decoder embedding models, the transformer core's last hidden
+ * states (cpu_embed.c). A plugin returns it from get_interface for SY_ENGINE_EMBED_INTERFACE_ID. */
+extern const sy_engine_embed_api sy_cpu_embed_api;
+
+/* The vocabulary of a WordPiece tokenizer (tokenizer_wordpiece.h) for sy_cpu_vocab_ops: special tokens are CONTROL.
+ * sy_cpu_wordpiece_load reads DIR/tokenizer.json; NULL with one line in err. */
+extern const sy_cpu_vocab_ops sy_cpu_wordpiece_vocab_ops;
+void *sy_cpu_wordpiece_load(const char *dir, char *err, size_t err_size);
 
 /* Everything of sy_engine_api but struct_size, probe and load. */
 #define SY_CPU_ENGINE_CALLS                                                                                    \

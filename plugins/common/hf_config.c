@@ -281,7 +281,8 @@ const char *sy_hf_arch_name(sy_hf_arch arch) {
     return "unknown";
 }
 
-static const arch_info *identify(const parse_ctx *c, const sy_json *root) {
+static const arch_info *identify(const parse_ctx *c, const sy_json *root, bool *base_model) {
+    *base_model = false;
     bool bad;
     const char *model_type = get_string(c, root, "model_type", &bad);
     if (bad) return NULL;
@@ -304,7 +305,13 @@ static const arch_info *identify(const parse_ctx *c, const sy_json *root) {
             return NULL;
         }
         const char *cls = sy_json_at(archs, 0)->str;
-        if (strcmp(cls, info->class_name) != 0) {
+        /* the bare model without its LM head ("Qwen3Model": decoder embedding models) is the same network */
+        char base[64];
+        snprintf(base, sizeof base, "%.*sModel", (int)(strlen(info->class_name) - strlen("ForCausalLM")),
+                 info->class_name);
+        if (strcmp(cls, base) == 0 && info->arch != SY_HF_ARCH_LFM2) {
+            *base_model = true;
+        } else if (strcmp(cls, info->class_name) != 0) {
             fail(c, "architecture %s is not supported (%s is, for model_type %s)", PS(cls), info->class_name,
                  info->model_type);
             return NULL;
@@ -393,7 +400,7 @@ static bool parse_config_root(const parse_ctx *c, const sy_json *root, sy_hf_con
         fail(c, "not a JSON object");
         return false;
     }
-    const arch_info *info = identify(c, root);
+    const arch_info *info = identify(c, root, &cfg->base_model);
     if (info == NULL) return false;
     cfg->arch = info->arch;
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", info->model_type);

@@ -58,6 +58,7 @@ typedef struct sy_hf_config {
     sy_hf_arch arch;
     char model_type[32];    /* "qwen2", ... */
     char architecture[64];  /* "Qwen2ForCausalLM", ... (empty when the file has no "architectures") */
+    bool base_model;        /* "Qwen3Model" and the like: the network without its LM head (embedding models) */
     uint32_t hidden_size;
     uint32_t intermediate_size; /* as written; lfm2's effective width is lfm2_ff_dim */
     uint32_t num_hidden_layers;

@@ -5,24 +5,32 @@
 #include <string.h>
 
 #define L "model.layers.%u."
+#define B "encoder.layer.%u."
 
 /* One row per role: its name in each scheme (NULL: the scheme has no such tensor). Per-layer names hold one %u. */
 static const char *const names[SY_TENSOR_ROLE_COUNT_][SY_TENSORS_SCHEME_COUNT_] = {
-    /* role: {GGUF, HF qwen2 / qwen3 / llama, HF lfm2} */
-    [SY_TENSOR_TOKEN_EMBD] = {"token_embd.weight", "model.embed_tokens.weight", "model.embed_tokens.weight"},
+    /* role: {GGUF, HF qwen2 / qwen3 / llama, HF lfm2, HF bert} */
+    [SY_TENSOR_TOKEN_EMBD] = {"token_embd.weight", "model.embed_tokens.weight", "model.embed_tokens.weight",
+                              "embeddings.word_embeddings.weight"},
     [SY_TENSOR_OUTPUT_NORM] = {"output_norm.weight", "model.norm.weight", NULL},
-    [SY_TENSOR_TOKEN_EMBD_NORM] = {"token_embd_norm.weight", NULL, "model.embedding_norm.weight"},
+    [SY_TENSOR_TOKEN_EMBD_NORM] = {"token_embd_norm.weight", NULL, "model.embedding_norm.weight",
+                                   "embeddings.LayerNorm.weight"},
     [SY_TENSOR_OUTPUT] = {"output.weight", "lm_head.weight", "lm_head.weight"},
     [SY_TENSOR_ROPE_FREQS] = {"rope_freqs.weight", NULL, NULL},
     [SY_TENSOR_ATTN_NORM] = {"blk.%u.attn_norm.weight", L "input_layernorm.weight", L "operator_norm.weight"},
-    [SY_TENSOR_ATTN_Q] = {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", L "self_attn.q_proj.weight"},
-    [SY_TENSOR_ATTN_Q_BIAS] = {"blk.%u.attn_q.bias", L "self_attn.q_proj.bias", NULL},
-    [SY_TENSOR_ATTN_K] = {"blk.%u.attn_k.weight", L "self_attn.k_proj.weight", L "self_attn.k_proj.weight"},
-    [SY_TENSOR_ATTN_K_BIAS] = {"blk.%u.attn_k.bias", L "self_attn.k_proj.bias", NULL},
-    [SY_TENSOR_ATTN_V] = {"blk.%u.attn_v.weight", L "self_attn.v_proj.weight", L "self_attn.v_proj.weight"},
-    [SY_TENSOR_ATTN_V_BIAS] = {"blk.%u.attn_v.bias", L "self_attn.v_proj.bias", NULL},
-    [SY_TENSOR_ATTN_OUTPUT] = {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", L "self_attn.out_proj.weight"},
-    [SY_TENSOR_ATTN_OUTPUT_BIAS] = {"blk.%u.attn_output.bias", L "self_attn.o_proj.bias", NULL},
+    [SY_TENSOR_ATTN_Q] = {"blk.%u.attn_q.weight", L "self_attn.q_proj.weight", L "self_attn.q_proj.weight",
+                          B "attention.self.query.weight"},
+    [SY_TENSOR_ATTN_Q_BIAS] = {"blk.%u.attn_q.bias", L "self_attn.q_proj.bias", NULL, B "attention.self.query.bias"},
+    [SY_TENSOR_ATTN_K] = {"blk.%u.attn_k.weight", L "self_attn.k_proj.weight", L "self_attn.k_proj.weight",
+                          B "attention.self.key.weight"},
+    [SY_TENSOR_ATTN_K_BIAS] = {"blk.%u.attn_k.bias", L "self_attn.k_proj.bias", NULL, B "attention.self.key.bias"},
+    [SY_TENSOR_ATTN_V] = {"blk.%u.attn_v.weight", L "self_attn.v_proj.weight", L "self_attn.v_proj.weight",
+                          B "attention.self.value.weight"},
+    [SY_TENSOR_ATTN_V_BIAS] = {"blk.%u.attn_v.bias", L "self_attn.v_proj.bias", NULL, B "attention.self.value.bias"},
+    [SY_TENSOR_ATTN_OUTPUT] = {"blk.%u.attn_output.weight", L "self_attn.o_proj.weight", L "self_attn.out_proj.weight",
+                               B "attention.output.dense.weight"},
+    [SY_TENSOR_ATTN_OUTPUT_BIAS] = {"blk.%u.attn_output.bias", L "self_attn.o_proj.bias", NULL,
+                                    B "attention.output.dense.bias"},
     [SY_TENSOR_ATTN_Q_NORM] = {"blk.%u.attn_q_norm.weight", L "self_attn.q_norm.weight",
                                L "self_attn.q_layernorm.weight"},
     [SY_TENSOR_ATTN_K_NORM] = {"blk.%u.attn_k_norm.weight", L "self_attn.k_norm.weight",
@@ -30,16 +38,29 @@ static const char *const names[SY_TENSOR_ROLE_COUNT_][SY_TENSORS_SCHEME_COUNT_] 
     [SY_TENSOR_FFN_NORM] = {"blk.%u.ffn_norm.weight", L "post_attention_layernorm.weight", L "ffn_norm.weight"},
     [SY_TENSOR_FFN_GATE] = {"blk.%u.ffn_gate.weight", L "mlp.gate_proj.weight", L "feed_forward.w1.weight"},
     [SY_TENSOR_FFN_GATE_BIAS] = {"blk.%u.ffn_gate.bias", L "mlp.gate_proj.bias", NULL},
-    [SY_TENSOR_FFN_UP] = {"blk.%u.ffn_up.weight", L "mlp.up_proj.weight", L "feed_forward.w3.weight"},
-    [SY_TENSOR_FFN_UP_BIAS] = {"blk.%u.ffn_up.bias", L "mlp.up_proj.bias", NULL},
-    [SY_TENSOR_FFN_DOWN] = {"blk.%u.ffn_down.weight", L "mlp.down_proj.weight", L "feed_forward.w2.weight"},
-    [SY_TENSOR_FFN_DOWN_BIAS] = {"blk.%u.ffn_down.bias", L "mlp.down_proj.bias", NULL},
+    [SY_TENSOR_FFN_UP] = {"blk.%u.ffn_up.weight", L "mlp.up_proj.weight", L "feed_forward.w3.weight",
+                          B "intermediate.dense.weight"},
+    [SY_TENSOR_FFN_UP_BIAS] = {"blk.%u.ffn_up.bias", L "mlp.up_proj.bias", NULL, B "intermediate.dense.bias"},
+    [SY_TENSOR_FFN_DOWN] = {"blk.%u.ffn_down.weight", L "mlp.down_proj.weight", L "feed_forward.w2.weight",
+                            B "output.dense.weight"},
+    [SY_TENSOR_FFN_DOWN_BIAS] = {"blk.%u.ffn_down.bias", L "mlp.down_proj.bias", NULL, B "output.dense.bias"},
     [SY_TENSOR_CONV_IN] = {"blk.%u.shortconv.in_proj.weight", NULL, L "conv.in_proj.weight"},
     [SY_TENSOR_CONV_IN_BIAS] = {"blk.%u.shortconv.in_proj.bias", NULL, L "conv.in_proj.bias"},
     [SY_TENSOR_CONV_KERNEL] = {"blk.%u.shortconv.conv.weight", NULL, L "conv.conv.weight"},
     [SY_TENSOR_CONV_KERNEL_BIAS] = {"blk.%u.shortconv.conv.bias", NULL, L "conv.conv.bias"},
     [SY_TENSOR_CONV_OUT] = {"blk.%u.shortconv.out_proj.weight", NULL, L "conv.out_proj.weight"},
     [SY_TENSOR_CONV_OUT_BIAS] = {"blk.%u.shortconv.out_proj.bias", NULL, L "conv.out_proj.bias"},
+    [SY_TENSOR_POS_EMBD] = {"position_embd.weight", NULL, NULL, "embeddings.position_embeddings.weight"},
+    [SY_TENSOR_TOKEN_TYPES] = {"token_types.weight", NULL, NULL, "embeddings.token_type_embeddings.weight"},
+    [SY_TENSOR_TOKEN_EMBD_NORM_BIAS] = {"token_embd_norm.bias", NULL, NULL, "embeddings.LayerNorm.bias"},
+    [SY_TENSOR_CLS] = {"cls.weight", NULL, NULL, "pooler.dense.weight"},
+    [SY_TENSOR_CLS_BIAS] = {"cls.bias", NULL, NULL, "pooler.dense.bias"},
+    [SY_TENSOR_CLS_OUT] = {"cls.output.weight", NULL, NULL, "classifier.weight"},
+    [SY_TENSOR_CLS_OUT_BIAS] = {"cls.output.bias", NULL, NULL, "classifier.bias"},
+    [SY_TENSOR_ATTN_OUT_NORM] = {"blk.%u.attn_output_norm.weight", NULL, NULL, B "attention.output.LayerNorm.weight"},
+    [SY_TENSOR_ATTN_OUT_NORM_BIAS] = {"blk.%u.attn_output_norm.bias", NULL, NULL, B "attention.output.LayerNorm.bias"},
+    [SY_TENSOR_LAYER_OUT_NORM] = {"blk.%u.layer_output_norm.weight", NULL, NULL, B "output.LayerNorm.weight"},
+    [SY_TENSOR_LAYER_OUT_NORM_BIAS] = {"blk.%u.layer_output_norm.bias", NULL, NULL, B "output.LayerNorm.bias"},
 };
 
 static const char *pattern(sy_tensor_scheme scheme, sy_tensor_role role) {
@@ -52,7 +73,8 @@ sy_tensor_scheme sy_tensor_scheme_of_hf(sy_hf_arch arch) {
 }
 
 bool sy_tensor_role_per_layer(sy_tensor_role role) {
-    return role >= SY_TENSOR_ATTN_NORM && role < SY_TENSOR_ROLE_COUNT_;
+    return (role >= SY_TENSOR_ATTN_NORM && role < SY_TENSOR_POS_EMBD) ||
+           (role >= SY_TENSOR_ATTN_OUT_NORM && role < SY_TENSOR_ROLE_COUNT_);
 }
 
 const char *sy_tensor_name(sy_tensor_scheme scheme, sy_tensor_role role, uint32_t layer, char *buf, size_t size) {

@@ -22,6 +22,8 @@ typedef enum sy_tensor_scheme {
     SY_TENSORS_GGUF = 0,     /* llama.cpp's names, for every architecture */
     SY_TENSORS_HF_LLAMA,     /* Hugging Face qwen2, qwen3, llama */
     SY_TENSORS_HF_LFM2,      /* Hugging Face lfm2 */
+    SY_TENSORS_HF_BERT,      /* Hugging Face bert (BertModel's names; BertFor* checkpoints add "bert." before all but
+                              * the classifier's) */
     SY_TENSORS_SCHEME_COUNT_ /* not a scheme */
 } sy_tensor_scheme;
 
@@ -57,6 +59,19 @@ typedef enum sy_tensor_role {
     SY_TENSOR_CONV_KERNEL_BIAS,
     SY_TENSOR_CONV_OUT,       /* out_proj */
     SY_TENSOR_CONV_OUT_BIAS,
+    /* BERT-family encoders: of the whole model */
+    SY_TENSOR_POS_EMBD,             /* absolute position embedding */
+    SY_TENSOR_TOKEN_TYPES,          /* token type (segment) embedding */
+    SY_TENSOR_TOKEN_EMBD_NORM_BIAS, /* the embeddings' LayerNorm bias (its weight is TOKEN_EMBD_NORM) */
+    SY_TENSOR_CLS,                  /* the pooler over [CLS] (dense + tanh) */
+    SY_TENSOR_CLS_BIAS,
+    SY_TENSOR_CLS_OUT,              /* the sequence classifier */
+    SY_TENSOR_CLS_OUT_BIAS,
+    /* of each layer */
+    SY_TENSOR_ATTN_OUT_NORM,        /* post-attention LayerNorm */
+    SY_TENSOR_ATTN_OUT_NORM_BIAS,
+    SY_TENSOR_LAYER_OUT_NORM,       /* post-feed-forward LayerNorm */
+    SY_TENSOR_LAYER_OUT_NORM_BIAS,
     SY_TENSOR_ROLE_COUNT_     /* not a role */
 } sy_tensor_role;
 

@@ -762,6 +762,7 @@ static bool ffn_block(sy_tf_model *m, uint32_t l, size_t N) {
 /* Where the logits of a chunk row go: NULL when that row wants none. */
 typedef struct row_out {
     float *logits;
+    float *hidden;
 } row_out;
 
 static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_out *outs, size_t N,
@@ -793,6 +794,8 @@ static sy_status forward_chunk(sy_tf_model *m, const int32_t *tokens, const row_
     /* logits = output · rmsnorm(x), for the rows asked for, LOGIT_ROWS at a time */
     size_t sel[LOGIT_ROWS], n_sel = 0;
     for (size_t r = 0; r <= N; r++) {
+        if (r < N && outs[r].hidden)
+            sy_rmsnorm_f32(outs[r].hidden, m->x + r * c->n_embd, m->output_norm, c->n_embd, c->rms_eps);
         if (r < N && outs[r].logits) {
             sy_rmsnorm_f32(m->xb + n_sel * c->n_embd, m->x + r * c->n_embd, m->output_norm, c->n_embd,
                            c->rms_eps);
@@ -844,7 +847,8 @@ static sy_status validate_batch(sy_tf_model *m, const sy_tf_batch_item *items, s
     for (size_t i = 0; i < n_items; i++) {
         const sy_tf_batch_item *it = &items[i];
         sy_status st = sy_tf_check_item(i, it->seq ? &it->seq->mark : NULL, mark, it->seq ? it->seq->len : 0,
-                                        it->tokens, it->n_tokens, it->n_logits, it->logits, m->n_ctx,
+                                        it->tokens, it->n_tokens, it->n_logits, it->logits ? it->logits : it->hidden,
+                                        m->n_ctx,
                                         m->cfg.n_vocab, err, err_size);
         if (st != SY_OK) return st;
     }
@@ -876,7 +880,10 @@ sy_status sy_tf_decode(sy_tf_model *m, const sy_tf_batch_item *items, size_t n_i
             tokens[N] = it->tokens[t];
             m->row_seq[N] = it->seq;
             m->row_pos[N] = it->seq->len + t;
-            outs[N].logits = t >= first_logit ? it->logits + (size_t)(t - first_logit) * m->cfg.n_vocab : NULL;
+            outs[N].logits = t >= first_logit && it->logits ? it->logits + (size_t)(t - first_logit) * m->cfg.n_vocab
+                                                            : NULL;
+            outs[N].hidden = t >= first_logit && it->hidden ? it->hidden + (size_t)(t - first_logit) * m->cfg.n_embd
+                                                            : NULL;
             if (++N == SY_TF_MAX_BATCH) {
                 st = forward_chunk(m, tokens, outs, N, cancel, cancel_ctx, err, err_size);
                 if (st != SY_OK) return st;

@@ -63,13 +63,15 @@ sy_status sy_tf_seq_truncate(sy_tf_model *m, sy_tf_seq *s, uint32_t n);
 sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf_seq **out);
 
 /* One sequence's part of a decode: tokens appended at its end; logits (n_logits rows of n_vocab) for the last
- * n_logits of them. */
+ * n_logits of them. With `hidden` set, those rows' final-norm hidden states (n_logits rows of n_embd: what the
+ * output matrix would take) go there, and logits may be NULL (decoder embedding models, cpu_embed.c). */
 typedef struct sy_tf_batch_item {
     sy_tf_seq *seq;
     const int32_t *tokens;
     uint32_t n_tokens;
     uint32_t n_logits;
     float *logits;
+    float *hidden;
 } sy_tf_batch_item;
 
 /* Returns nonzero when the caller wants the decode to stop (checked between layers). */

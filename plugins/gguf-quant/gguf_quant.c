@@ -37,6 +37,7 @@
 #include "gguf.h"
 #include "gguf_vocab.h"
 #include "model_describe.h"
+#include "gq_bert.h"
 #include "tensor_names.h"
 #include "transformer.h"
 #include "transformer_lfm2.h"
@@ -99,7 +100,7 @@ static sy_status gq_probe(const char *path) {
     char *arch = sy_gguf_dup_string(g, "general.architecture");
     sy_status st = SY_OK;
     if (arch == NULL) st = fail(SY_ERR_FORMAT, "%s: no general.architecture", path);
-    else if (sy_tf_arch_find(arch) == NULL)
+    else if (sy_tf_arch_find(arch) == NULL && strcmp(arch, "bert") != 0)
         st = fail(SY_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported by " PLUGIN_NAME, path, arch);
     free(arch);
     sy_gguf_close(g);
@@ -265,7 +266,7 @@ static bool read_config(const sy_gguf *g, const char *arch, sy_tf_config *c, uin
 }
 
 /* A 2-D tensor as a matrix: dims[0] elements per row, dims[1] rows. */
-static bool get_matrix(const sy_gguf *g, const char *name, bool required, sy_tf_matrix *out) {
+bool gq_get_matrix(const sy_gguf *g, const char *name, bool required, sy_tf_matrix *out) {
     memset(out, 0, sizeof *out);
     const sy_gguf_tensor *t = sy_gguf_find_tensor(g, name);
     if (t == NULL) {
@@ -291,7 +292,7 @@ static bool get_matrix(const sy_gguf *g, const char *name, bool required, sy_tf_
     return true;
 }
 
-static bool get_vector(const sy_gguf *g, const char *name, sy_tf_vector *out) {
+bool gq_get_vector(const sy_gguf *g, const char *name, sy_tf_vector *out) {
     memset(out, 0, sizeof *out);
     const sy_gguf_tensor *t = sy_gguf_find_tensor(g, name);
     if (t == NULL) return true; /* the transformer says whether it was required */
@@ -345,36 +346,36 @@ static const char *tn(char buf[64], sy_tensor_role role, uint32_t l) {
 /* An lfm2 short-conv layer: operator norm, in_proj / conv / out_proj (biases optional), and the usual FFN. */
 static bool get_conv_layer(const sy_gguf *g, uint32_t l, uint32_t kernel, sy_tf_layer_weights *w) {
     char n[64];
-    return get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
-           get_matrix(g, tn(n, SY_TENSOR_CONV_IN, l), true, &w->conv_in) &&
-           get_vector(g, tn(n, SY_TENSOR_CONV_IN_BIAS, l), &w->conv_in_bias) &&
+    return gq_get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_CONV_IN, l), true, &w->conv_in) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_CONV_IN_BIAS, l), &w->conv_in_bias) &&
            get_flat_vector(g, tn(n, SY_TENSOR_CONV_KERNEL, l), kernel, &w->conv_kernel) &&
-           get_vector(g, tn(n, SY_TENSOR_CONV_KERNEL_BIAS, l), &w->conv_bias) &&
-           get_matrix(g, tn(n, SY_TENSOR_CONV_OUT, l), true, &w->conv_out) &&
-           get_vector(g, tn(n, SY_TENSOR_CONV_OUT_BIAS, l), &w->conv_out_bias) &&
-           get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
+           gq_get_vector(g, tn(n, SY_TENSOR_CONV_KERNEL_BIAS, l), &w->conv_bias) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_CONV_OUT, l), true, &w->conv_out) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_CONV_OUT_BIAS, l), &w->conv_out_bias) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
 }
 
 static bool get_layer(const sy_gguf *g, uint32_t l, sy_tf_layer_weights *w) {
     char n[64];
-    return get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
-           get_matrix(g, tn(n, SY_TENSOR_ATTN_Q, l), true, &w->wq) &&
-           get_matrix(g, tn(n, SY_TENSOR_ATTN_K, l), true, &w->wk) &&
-           get_matrix(g, tn(n, SY_TENSOR_ATTN_V, l), true, &w->wv) &&
-           get_matrix(g, tn(n, SY_TENSOR_ATTN_OUTPUT, l), true, &w->wo) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_Q_BIAS, l), &w->bq) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_K_BIAS, l), &w->bk) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_V_BIAS, l), &w->bv) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_OUTPUT_BIAS, l), &w->bo) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_Q_NORM, l), &w->q_norm) &&
-           get_vector(g, tn(n, SY_TENSOR_ATTN_K_NORM, l), &w->k_norm) &&
-           get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
-           get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
+    return gq_get_vector(g, tn(n, SY_TENSOR_ATTN_NORM, l), &w->attn_norm) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_ATTN_Q, l), true, &w->wq) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_ATTN_K, l), true, &w->wk) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_ATTN_V, l), true, &w->wv) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_ATTN_OUTPUT, l), true, &w->wo) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_Q_BIAS, l), &w->bq) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_K_BIAS, l), &w->bk) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_V_BIAS, l), &w->bv) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_OUTPUT_BIAS, l), &w->bo) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_Q_NORM, l), &w->q_norm) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_ATTN_K_NORM, l), &w->k_norm) &&
+           gq_get_vector(g, tn(n, SY_TENSOR_FFN_NORM, l), &w->ffn_norm) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_GATE, l), true, &w->w_gate) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_UP, l), true, &w->w_up) &&
+           gq_get_matrix(g, tn(n, SY_TENSOR_FFN_DOWN, l), true, &w->w_down);
 }
 
 /* llama.cpp's general.file_type names, for model_info's weight_dtype. */
@@ -401,7 +402,7 @@ static const char *file_type_name(uint64_t ft) {
     }
 }
 
-static void describe_weights(sy_model *m, const sy_gguf *g) {
+void gq_describe_weights(sy_model *m, const sy_gguf *g) {
     uint64_t ft;
     const char *name = sy_gguf_get_uint(g, "general.file_type", &ft) == 1 ? file_type_name(ft) : NULL;
     /* Without a known file type: the type holding the most bytes of 2-D tensors. */
@@ -434,15 +435,15 @@ static sy_status bind_weights(const sy_gguf *g, const char *arch, uint32_t n_voc
     if (!read_config(g, arch, cfg, n_ctx_train)) return error_status;
     memset(w, 0, sizeof *w);
     char n[64];
-    if (!get_matrix(g, tn(n, SY_TENSOR_TOKEN_EMBD, 0), true, &w->token_embd) ||
-        !get_vector(g, tn(n, SY_TENSOR_OUTPUT_NORM, 0), &w->output_norm) ||
-        !get_matrix(g, tn(n, SY_TENSOR_OUTPUT, 0), false, &w->output) ||
-        !get_vector(g, tn(n, SY_TENSOR_ROPE_FREQS, 0), &w->rope_freq_factors))
+    if (!gq_get_matrix(g, tn(n, SY_TENSOR_TOKEN_EMBD, 0), true, &w->token_embd) ||
+        !gq_get_vector(g, tn(n, SY_TENSOR_OUTPUT_NORM, 0), &w->output_norm) ||
+        !gq_get_matrix(g, tn(n, SY_TENSOR_OUTPUT, 0), false, &w->output) ||
+        !gq_get_vector(g, tn(n, SY_TENSOR_ROPE_FREQS, 0), &w->rope_freq_factors))
         return error_status;
     if (w->output.data == NULL) w->output = w->token_embd; /* tied embeddings */
     /* llama.cpp names lfm2's final norm token_embd_norm (HF: model.embedding_norm, applied after the layers) */
     if (w->output_norm.data == NULL && cfg->arch->short_conv) {
-        if (!get_vector(g, tn(n, SY_TENSOR_TOKEN_EMBD_NORM, 0), &w->output_norm)) return error_status;
+        if (!gq_get_vector(g, tn(n, SY_TENSOR_TOKEN_EMBD_NORM, 0), &w->output_norm)) return error_status;
         if (w->output_norm.data == NULL) return fail(SY_ERR_FORMAT, "tensor %s is missing", n);
     }
     if (w->token_embd.rows != n_vocab)
@@ -499,6 +500,7 @@ static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *op
     char err[400];
     m->architecture = sy_gguf_dup_string(g, "general.architecture");
     if (m->architecture == NULL) return fail(SY_ERR_FORMAT, "metadata key 'general.architecture' is missing");
+    if (strcmp(m->architecture, "bert") == 0) return gq_bert_build(m, g, opt);
     if (sy_tf_arch_find(m->architecture) == NULL)
         return fail(SY_ERR_UNSUPPORTED, "architecture '%s' is not supported by " PLUGIN_NAME, m->architecture);
     m->name = sy_gguf_dup_string(g, "general.name");
@@ -522,7 +524,7 @@ static sy_status build_model(sy_model *m, gq_format *f, const sy_cpu_options *op
     if (st != SY_OK) return st;
     st = sy_cpu_model_start(m, &cfg, &w, opt);
     if (st != SY_OK) return st;
-    describe_weights(m, g);
+    gq_describe_weights(m, g);
     log_msg(SY_LOG_INFO, "%s, %u layers, %s, ctx %u, %u threads", m->architecture, cfg.n_layer, m->weight_dtype,
             m->tf ? sy_tf_n_ctx(m->tf) : opt->ctx_size, opt->threads);
     return SY_OK;
@@ -577,11 +579,12 @@ static sy_status gq_estimate(const char *path, const sy_option *options, size_t 
     sy_tf_config cfg;
     sy_tf_weights w;
     if (arch == NULL) st = fail(SY_ERR_FORMAT, "metadata key 'general.architecture' is missing");
-    else if (sy_tf_arch_find(arch) == NULL)
+    else if (sy_tf_arch_find(arch) == NULL && strcmp(arch, "bert") != 0)
         st = fail(SY_ERR_UNSUPPORTED, "architecture '%s' is not supported by " PLUGIN_NAME, arch);
+    else if (strcmp(arch, "bert") == 0) st = gq_bert_estimate(f.gguf, &opt, out);
     else if (!gq_vocab_estimate(f.gguf, &n_vocab, &vocab_bytes, &st, err, sizeof err)) st = fail(st, "%s", err);
     else st = bind_weights(f.gguf, arch, n_vocab, &f, &cfg, &w, &n_ctx_train);
-    if (st == SY_OK) st = sy_cpu_estimate(&cfg, &w, n_ctx_train, &opt, sy_gguf_file_size(f.gguf), vocab_bytes, out);
+    if (st == SY_OK && strcmp(arch, "bert") != 0) st = sy_cpu_estimate(&cfg, &w, n_ctx_train, &opt, sy_gguf_file_size(f.gguf), vocab_bytes, out);
     if (st != SY_OK) sy_cpu_fail_prefix(path);
     free(arch);
     free(f.layers);
@@ -633,6 +636,7 @@ static const void *gq_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
     if (id && strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &describe_api;
+    if (id && strcmp(id, SY_ENGINE_EMBED_INTERFACE_ID) == 0) return &sy_cpu_embed_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }

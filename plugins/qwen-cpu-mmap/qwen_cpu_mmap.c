@@ -6,6 +6,8 @@
  * (vectors, copied to F32). The embedding is read one row per token, and with tied embeddings the logits come
  * from the same mapped matrix.
  *
+ * BERT-family encoders (model_type bert: embedding models and rerankers) load through qm_bert.c.
+ *
  * Architectures (config.json model_type): qwen2 (q/k/v biases, tied or untied), qwen3 (q/k RMSNorm, head_dim of
  * its own, optional attention biases), llama (GQA, optional attention biases, default / linear / llama3 RoPE),
  * lfm2 (layer_types mixes gated short convolutions and attention with q/k RMSNorm; final norm embedding_norm).
@@ -32,6 +34,8 @@
 #include "hf_config.h"
 #include "hf_vocab.h"
 #include "model_describe.h"
+#include "qm_bert.h"
+#include "bert_config.h"
 #include "safetensors.h"
 #include "tensor_names.h"
 #include "tokenizer_bpe.h"
@@ -135,6 +139,7 @@ static sy_status core_config(const sy_hf_config *h, qm_format *fmt, sy_tf_config
 
 static sy_status qm_probe(const char *path) {
     if (path == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "probe: no path");
+    if (sy_bert_is_bert_dir(path)) return qm_bert_probe(path);
     struct stat st;
     if (stat(path, &st) != 0) return sy_cpu_fail(SY_ERR_IO, "%s: cannot open", path);
     if (!S_ISDIR(st.st_mode))
@@ -186,9 +191,14 @@ static bool bind_vector(const sy_safetensors *st, const char *name, uint64_t n, 
     return true;
 }
 
+/* A bare model's checkpoint (Qwen3Model: embedding models) names its tensors without "model.": set by
+ * bind_weights for the load or estimate on this thread. */
+static _Thread_local bool bare_names;
+
 /* The checkpoint's name of a tensor (tensor_names.h); "" (found nowhere) where its family has none. */
 static const char *tensor(char buf[NAME_BYTES], const sy_hf_config *h, sy_tensor_role role, uint32_t l) {
     sy_tensor_name(sy_tensor_scheme_of_hf(h->arch), role, l, buf, NAME_BYTES);
+    if (bare_names && strncmp(buf, "model.", 6) == 0) memmove(buf, buf + 6, strlen(buf + 6) + 1);
     return buf;
 }
 
@@ -264,7 +274,7 @@ static bool bind_layer(const sy_safetensors *st, const sy_hf_config *h, uint32_t
 }
 
 /* weight_dtype, n_params and the fingerprint, from every tensor of the checkpoint. */
-static void describe_weights(sy_model *m, const sy_safetensors *st, const char *config_json, size_t config_len) {
+void qm_describe_weights(sy_model *m, const sy_safetensors *st, const char *config_json, size_t config_len) {
     uint64_t bytes_by_type[SY_DTYPE_COUNT_ + 1] = {0};
     XXH3_state_t *h = XXH3_createState();
     uint64_t base = sy_safetensors_fingerprint(st, config_json, config_len);
@@ -288,7 +298,7 @@ static void describe_weights(sy_model *m, const sy_safetensors *st, const char *
 }
 
 /* The display name: the directory's last component. */
-static char *dir_name(const char *path) {
+char *qm_dir_name(const char *path) {
     size_t len = strlen(path);
     while (len > 1 && path[len - 1] == '/') len--;
     size_t start = len;
@@ -303,6 +313,25 @@ static char *dir_name(const char *path) {
 
 /* ---- load ---- */
 
+/* A decoder embedding model (Qwen3-Embedding style): sentence-transformers' lasttoken pooling (with Normalize),
+ * or a bare model (Qwen3Model) without modules.json, which pools its last token unnormalized. The model embeds
+ * through the transformer core's last hidden state (cpu_embed.c); a bare model does not generate. */
+static sy_status embedding_setup(sy_model *m, const char *dir, const sy_hf_config *h) {
+    char err[400];
+    sy_st_pooling p;
+    if (!sy_st_pooling_load(dir, h->base_model ? SY_POOLING_LAST : SY_POOLING_NONE, &p, err, sizeof err))
+        return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    if (!p.present && !h->base_model) return SY_OK; /* a chat model */
+    if (p.pooling != SY_POOLING_LAST)
+        return sy_cpu_fail(SY_ERR_UNSUPPORTED, "decoder embedding models pool their last token (lasttoken), not %s",
+                           p.pooling == SY_POOLING_MEAN ? "mean" : "cls");
+    m->pooling = SY_POOLING_LAST;
+    m->embd_normalize = p.normalize;
+    m->embd_ctx = p.max_seq_length;
+    m->no_generate = h->base_model;
+    return SY_OK;
+}
+
 /* The weight tables over the mapped files (fmt->st, open), checked by name and shape; no tensor data is read.
  * The layer table goes to fmt->layers. */
 static sy_status bind_weights(const sy_hf_config *h, qm_format *fmt, const sy_tf_config *cfg, sy_tf_weights *w) {
@@ -311,11 +340,16 @@ static sy_status bind_weights(const sy_hf_config *h, qm_format *fmt, const sy_tf
     /* lfm2 names its final norm embedding_norm (applied after the layers all the same) */
     sy_tensor_role final_norm = h->arch == SY_HF_ARCH_LFM2 ? SY_TENSOR_TOKEN_EMBD_NORM : SY_TENSOR_OUTPUT_NORM;
     char n[NAME_BYTES];
+    bare_names = false;
+    bare_names = sy_safetensors_find(fmt->st, tensor(n, h, SY_TENSOR_TOKEN_EMBD, 0)) == NULL &&
+                 sy_safetensors_find(fmt->st, "embed_tokens.weight") != NULL;
     if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_TOKEN_EMBD, 0), vocab, embd, true, &w->token_embd) ||
         !bind_vector(fmt->st, tensor(n, h, final_norm, 0), embd, true, &w->output_norm))
         return SY_ERR_FORMAT;
-    if (h->tie_word_embeddings) {
-        w->output = w->token_embd; /* transformers ignores a stored lm_head.weight when tied */
+    if (h->tie_word_embeddings || h->base_model) {
+        /* transformers ignores a stored lm_head.weight when tied; a bare model has none (and no logits are asked
+         * of it: it only embeds) */
+        w->output = w->token_embd;
     } else if (!bind_matrix(fmt->st, tensor(n, h, SY_TENSOR_OUTPUT, 0), vocab, embd, true, &w->output)) {
         return SY_ERR_FORMAT;
     }
@@ -341,7 +375,7 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->format = fmt;
     m->format_free = format_free;
     m->architecture = strdup(h.model_type);
-    m->name = dir_name(dir);
+    m->name = qm_dir_name(dir);
     if (m->architecture == NULL || m->name == NULL) return sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "out of memory");
     m->n_ctx_train = h.max_position_embeddings;
 
@@ -364,6 +398,8 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
     m->chat_template_names = facts.template_names;
     m->chat_template_texts = facts.template_texts;
     m->n_chat_templates = (uint32_t)facts.n_templates;
+    st = embedding_setup(m, dir, &h);
+    if (st != SY_OK) return st;
 
     fmt->st = sy_safetensors_open(dir, err, sizeof err);
     if (fmt->st == NULL) return sy_cpu_fail(SY_ERR_FORMAT, "%s", err);
@@ -380,7 +416,7 @@ static sy_status build_model(sy_model *m, const char *dir, const sy_cpu_options 
                                     : NULL;
     free(config_path);
     if (config_json == NULL) return sy_cpu_fail(SY_ERR_IO, "%s", err);
-    describe_weights(m, fmt->st, config_json, config_len);
+    qm_describe_weights(m, fmt->st, config_json, config_len);
     free(config_json);
 
     st = sy_cpu_model_start(m, &cfg, &w, opt);
@@ -397,6 +433,7 @@ static sy_status qm_load(const char *path, const sy_option *options, size_t n_op
     sy_cpu_options opt;
     sy_status st = sy_cpu_options_parse(options, n_options, &opt);
     if (st != SY_OK) return st;
+    if (sy_bert_is_bert_dir(path)) return qm_bert_load(path, &opt, out);
     st = qm_probe(path);
     if (st != SY_OK) return st;
     sy_model *m = sy_cpu_model_new();
@@ -421,6 +458,7 @@ static sy_status qm_estimate(const char *path, const sy_option *options, size_t 
     sy_status st = sy_cpu_options_parse(options, n_options, &opt);
     if (st == SY_OK) st = qm_probe(path);
     if (st != SY_OK) return st;
+    if (sy_bert_is_bert_dir(path)) return qm_bert_estimate(path, &opt, out);
     char err[400];
     sy_hf_config h;
     if (!sy_hf_config_load(path, &h, NULL, err, sizeof err))
@@ -501,10 +539,12 @@ static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_STATE_INTERFACE_ID) == 0) return &sy_cpu_state_api;
     if (id && strcmp(id, SY_ENGINE_RESOURCES_INTERFACE_ID) == 0) return &resources_api;
     if (id && strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &describe_api;
+    if (id && strcmp(id, SY_ENGINE_EMBED_INTERFACE_ID) == 0) return &sy_cpu_embed_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
     return NULL;
 }
 
 SY_DEFINE_PLUGIN_ENTRY(PLUGIN_NAME, "0.1.0",
-                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama, lfm2) on the CPU, mapped in place",
+                       "Hugging Face SafeTensors checkpoints (qwen2, qwen3, llama, lfm2; bert encoders) on the CPU, "
+                       "mapped in place",
                        qm_init, qm_deinit, qm_get_interface);

@@ -15,7 +15,7 @@ import venv
 
 PACKAGES = ["openai>=1.0", "ollama>=0.4", "jsonschema>=4", "anthropic>=0.40"]
 # Wanted but not required: the LangChain check runs where it installs and says so where it does not.
-OPTIONAL = ["langchain-openai>=0.2"]
+OPTIONAL = ["langchain-openai>=0.2", "langchain-ollama>=0.2", "zstandard"]
 
 
 def have_clients(python):
@@ -26,7 +26,8 @@ def have_clients(python):
 
 
 def install_optional(python):
-    if subprocess.run([python, "-c", "import langchain_openai"], capture_output=True).returncode == 0:
+    if subprocess.run([python, "-c", "import langchain_openai, langchain_ollama, zstandard"],
+                      capture_output=True).returncode == 0:
         return
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", *OPTIONAL]
     if subprocess.run(cmd).returncode != 0:
