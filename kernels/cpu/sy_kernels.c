@@ -9,7 +9,7 @@
 
 /* ---- tiers ---- */
 
-static const char *const tier_names[SY_CPU_TIER_COUNT_] = {"scalar", "avx2", "avx512"};
+static const char *const tier_names[SY_CPU_TIER_COUNT_] = {"scalar", "avx2", "avx512", "amx"};
 
 const char *sy_cpu_tier_name(sy_cpu_tier tier) {
     if ((unsigned)tier >= SY_CPU_TIER_COUNT_) return "unknown";
@@ -52,10 +52,23 @@ bool sy_cpu_tier_supported(sy_cpu_tier tier) {
         return sy_cpu_tier_supported(SY_CPU_TIER_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512vnni");
+    case SY_CPU_TIER_AMX:
+        return sy_amx_unavailable_reason() == NULL;
 #endif
     default:
         return false;
     }
+}
+
+const char *sy_cpu_tier_unavailable_reason(sy_cpu_tier tier) {
+    if (sy_cpu_tier_supported(tier)) return NULL;
+    if (tier == SY_CPU_TIER_AMX) return sy_amx_unavailable_reason();
+    if ((unsigned)tier >= SY_CPU_TIER_COUNT_) return "no such tier";
+#if SY_KERNELS_X86
+    return "the CPU lacks the instructions";
+#else
+    return "this build has x86 tiers only on x86";
+#endif
 }
 
 sy_cpu_tier sy_cpu_tier_supported_best(void) {
@@ -75,6 +88,8 @@ const sy_kernels *sy_kernels_for_tier(sy_cpu_tier tier) {
         return &sy_kernels_avx2_table;
     case SY_CPU_TIER_AVX512:
         return &sy_kernels_avx512_table;
+    case SY_CPU_TIER_AMX:
+        return &sy_kernels_amx_table;
 #endif
     default:
         return NULL;
@@ -91,8 +106,12 @@ static void choose_active_kernels(void) {
     if (forced != NULL && forced[0] != '\0') {
         sy_cpu_tier wanted;
         if (!sy_cpu_tier_from_name(forced, &wanted)) {
-            fprintf(stderr, "switchyard: SY_CPU_TIER=%s is not a CPU tier (scalar, avx2, avx512); using %s\n",
+            fprintf(stderr, "switchyard: SY_CPU_TIER=%s is not a CPU tier (scalar, avx2, avx512, amx); using %s\n",
                     forced, sy_cpu_tier_name(best));
+        } else if (wanted == SY_CPU_TIER_AMX && !sy_cpu_tier_supported(wanted)) {
+            fprintf(stderr, "switchyard: SY_CPU_TIER=amx, but AMX is unavailable: %s\n",
+                    sy_cpu_tier_unavailable_reason(wanted));
+            exit(2);
         } else if (!sy_cpu_tier_supported(wanted)) {
             fprintf(stderr, "switchyard: SY_CPU_TIER=%s is not supported by this CPU; using %s\n", forced,
                     sy_cpu_tier_name(best));

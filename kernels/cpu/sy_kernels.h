@@ -34,15 +34,18 @@ typedef enum sy_cpu_tier {
     SY_CPU_TIER_SCALAR = 0,
     SY_CPU_TIER_AVX2 = 1,   /* AVX2 + FMA + F16C */
     SY_CPU_TIER_AVX512 = 2, /* AVX-512 F/BW/VL/VNNI (Ice Lake, Zen 4 and later) */
+    SY_CPU_TIER_AMX = 3,    /* AVX-512 plus AMX INT8 tiles for Q8_0 products of >= 16 tokens (Sapphire Rapids on) */
     SY_CPU_TIER_COUNT_
 } sy_cpu_tier;
 
-/* "scalar", "avx2", "avx512"; "unknown" for anything else. */
+/* "scalar", "avx2", "avx512", "amx"; "unknown" for anything else. */
 const char *sy_cpu_tier_name(sy_cpu_tier tier);
 /* Parses a tier name (exact, lower case); false when it is not one. */
 bool sy_cpu_tier_from_name(const char *name, sy_cpu_tier *out);
 /* Whether this build has the tier and this CPU can run it. */
 bool sy_cpu_tier_supported(sy_cpu_tier tier);
+/* Why the tier is unsupported here (one line), or NULL when it is supported. */
+const char *sy_cpu_tier_unavailable_reason(sy_cpu_tier tier);
 /* The fastest supported tier. */
 sy_cpu_tier sy_cpu_tier_supported_best(void);
 
@@ -87,9 +90,10 @@ typedef struct sy_kernels {
 /* The table of a tier, or NULL when this CPU (or this build) cannot run it. */
 const sy_kernels *sy_kernels_for_tier(sy_cpu_tier tier);
 
-/* The best supported tier, unless the environment variable SY_CPU_TIER (scalar|avx2|avx512) forces one. A forced
- * tier this CPU lacks, or an unknown value, prints one warning to stderr and gives the best supported tier. The
- * choice is made once per process. */
+/* The best supported tier, unless the environment variable SY_CPU_TIER (scalar|avx2|avx512|amx) forces one. A forced
+ * tier this CPU lacks, or an unknown value, prints one warning to stderr and gives the best supported tier, except
+ * SY_CPU_TIER=amx, which exits the process with the reason (whoever asks for AMX is measuring it). The choice is
+ * made once per process. */
 const sy_kernels *sy_kernels_active(void);
 
 /* ---- argument checks ---- */

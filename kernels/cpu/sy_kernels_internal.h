@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 
 #include "sy_kernels.h"
@@ -155,6 +156,9 @@ extern const sy_kernels sy_kernels_scalar_table;
 #if SY_KERNELS_X86
 extern const sy_kernels sy_kernels_avx2_table;
 extern const sy_kernels sy_kernels_avx512_table;
+extern const sy_kernels sy_kernels_amx_table;
 #endif
+/* NULL when the AMX tier can run here, else why not (sy_kernels_amx.c). */
+const char *sy_amx_unavailable_reason(void);
 
 #endif

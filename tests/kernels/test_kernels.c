@@ -79,6 +79,13 @@ static void test_tier_names(void **state) {
     assert_false(sy_cpu_tier_from_name("", &t));
     assert_false(sy_cpu_tier_from_name(NULL, &t));
     assert_string_equal(sy_cpu_tier_name(SY_CPU_TIER_AVX512), "avx512");
+    assert_true(sy_cpu_tier_from_name("amx", &t));
+    assert_int_equal(t, SY_CPU_TIER_AMX);
+    /* a tier is supported exactly when there is no reason it is not */
+    for (int i = 0; i < SY_CPU_TIER_COUNT_; i++)
+        assert_int_equal(sy_cpu_tier_unavailable_reason((sy_cpu_tier)i) == NULL, sy_cpu_tier_supported((sy_cpu_tier)i));
+    if (!sy_cpu_tier_supported(SY_CPU_TIER_AMX))
+        print_message("AMX tier unavailable: %s\n", sy_cpu_tier_unavailable_reason(SY_CPU_TIER_AMX));
     assert_string_equal(sy_cpu_tier_name((sy_cpu_tier)99), "unknown");
     assert_null(sy_kernels_for_tier((sy_cpu_tier)99));
     assert_true(sy_cpu_tier_supported(SY_CPU_TIER_SCALAR));

@@ -3,6 +3,9 @@
  * with remainders), odd row ranges, padded rows and a strided Y, random blocks with ordinary, huge, tiny, zero and
  * mixed scales, and the codes that push the integer dot products to their limits.
  *
+ * The AMX tier's tiles are checked by the same cases (batches of 16 and more) and by batch invariance, which holds
+ * only if its tiles give the bits of the AVX-512 kernels that take its leftovers and single tokens.
+ *
  * The tolerance is relative to what the scalar reference itself adds up (its weight-scale and offset terms, from its
  * unpacked form), so tiers may differ only by f32 rounding order. The scalar tier is also checked against an exact
  * double-precision sum over the dequantized weights and activations. With SY_CPU_TIER set, only that tier is tested
@@ -121,6 +124,9 @@ static const quant_case cases[] = {
     {6, 1, 6, 1056, 256, 3, 1, 1},      {9, 0, 9, 96, 2304, 4, 2, 3},      {4, 1, 3, 2080, 512, 5, 0, 0},
     {3, 0, 3, 416, 1792, 8, 5, 1},      {8, 3, 8, 160, 256, 17, 0, 4},     {2, 0, 2, 64, 1024, 3, 0, 0},
     {11, 5, 10, 448, 768, 2, 1, 0},     {5, 1, 5, 608, 1536, 6, 2, 1},     {6, 0, 6, 288, 512, 7, 0, 2},
+    /* the AMX tier's 16 x 16 tiles: exactly one; whole tiles with row and token tails, odd k; more than 16 blocks
+     * (the f32 lanes wrap) with a padded row and a strided Y */
+    {16, 0, 16, 32, 256, 16, 0, 0},     {37, 3, 37, 1184, 256, 33, 5, 3},  {40, 0, 32, 544, 512, 48, 2, 1},
 };
 
 /* Per row and batch row, the sum the scalar tier adds up in absolute value (its per-16 weight scale and offset
