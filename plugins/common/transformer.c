@@ -20,7 +20,6 @@
 #include "errmsg.h"
 
 #define LOGIT_ROWS 32   /* logits rows computed per pass through the output matrix (bounds that scratch) */
-#define ATTN_BLOCK 128  /* positions scored at a time in the online softmax */
 #define KV_MIN_GROW 256 /* tokens a sequence's KV grows by at least */
 /* A batched product runs over blocks of x of about this size, so each block stays in the core's L2 cache while the
  * task's weight rows stream past it: x of a whole chunk of a wide matrix is megabytes (256 rows of n_ff floats),
@@ -78,6 +77,7 @@ struct sy_tf_model {
 
     /* scratch of one chunk (decode is serial per model) */
     float *x, *xb, *q, *k, *v, *att, *gate, *up, *logits;
+    float *att_part; /* split decode's partial softmax states (attention_tile) */
     void *qx;
     size_t qx_bytes;
     uint32_t row_pos[SY_TF_MAX_BATCH];
@@ -93,6 +93,8 @@ static void *alloc_counted(sy_tf_model *m, size_t n_bytes) {
     if (p) atomic_fetch_add(&m->resident_bytes, n_bytes);
     return p;
 }
+
+static size_t attn_part_floats(const sy_tf_config *c);
 
 /* ---- building ---- */
 
@@ -269,8 +271,10 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     m->gate = alloc_counted(m, N * cfg->n_ff * sizeof(float));
     m->up = alloc_counted(m, N * cfg->n_ff * sizeof(float));
     m->logits = alloc_counted(m, (size_t)LOGIT_ROWS * cfg->n_vocab * sizeof(float));
+    m->att_part = alloc_counted(m, attn_part_floats(cfg) * sizeof(float));
     m->qx = alloc_counted(m, m->qx_bytes);
-    if (!m->x || !m->xb || !m->q || !m->att || !m->k || !m->v || !m->gate || !m->up || !m->logits || !m->qx)
+    if (!m->x || !m->xb || !m->q || !m->att || !m->k || !m->v || !m->gate || !m->up || !m->logits || !m->qx ||
+        !m->att_part)
         goto oom;
 
     m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
@@ -299,7 +303,7 @@ void sy_tf_destroy(sy_tf_model *m) {
     sy_lfm2_destroy(m->lfm2);
     free(m->output_norm);
     free(m->inv_freq);
-    free(m->x), free(m->xb), free(m->q), free(m->att), free(m->k), free(m->v);
+    free(m->x), free(m->xb), free(m->q), free(m->att), free(m->att_part), free(m->k), free(m->v);
     free(m->gate), free(m->up), free(m->logits), free(m->qx);
     free(m);
 }
@@ -659,36 +663,170 @@ static void add_bias(float *y, const float *b, size_t n_rows, size_t dim) {
         for (size_t i = 0; i < dim; i++) y[r * dim + i] += b[i];
 }
 
+/* Causal attention, tiled (flash-attention style): a task is one tile of up to ATTN_TILE_ROWS consecutive rows of
+ * one sequence and one KV head, that is the tile's rows times the `group` query heads sharing that KV head. Keys
+ * come ATTN_TILE_KEYS at a time, so each block of K and V is read from the store once per tile (not once per row
+ * and head) while it sits in L1, and every query vector of the tile folds it into its own online-softmax state
+ * (running max, sum, and out in the tier's registers, attend_f32). A block past a row's position is skipped for
+ * that row, one past all the tile's rows is never read. No buffer of n_ctx scores exists anywhere:
+ *   att = Σ_p softmax(q·k_p / √d)_p v_p
+ * Decode at depth has few tiles (one row each), so the keys of a tile are split into ranges over the threads;
+ * each range keeps a partial state (max, sum, unnormalized out) and the states are combined afterwards. */
+#define ATTN_TILE_ROWS 8
+#define ATTN_TILE_KEYS 64
+#define ATTN_MAX_SPLITS 16
+#define ATTN_SPLIT_MIN_KEYS 512 /* no key range shorter than this */
+#define ATTN_PART_TASKS 64      /* partial states the split buffer holds (tiles of one row each) */
+#define ATTN_TILE_HEADS 16      /* query heads of one KV head in a task (a group may be larger: several units) */
+
 typedef struct attn_job {
     sy_tf_model *m;
     uint32_t layer;
+    size_t n_tiles, n_split;
+    uint16_t tile_r0[SY_TF_MAX_BATCH], tile_rows[SY_TF_MAX_BATCH];
 } attn_job;
 
-/* One (row, head) of causal attention over the row's sequence, positions 0..pos, with a blockwise online
- * softmax so no buffer of n_ctx scores is needed:  att = Σ_p softmax(q·k_p / √d)_p v_p */
-static void attention_head(void *arg, size_t task, size_t thread_index) {
+/* A unit is up to ATTN_TILE_HEADS query heads sharing one KV head. */
+static size_t attn_unit_slices(const sy_tf_config *c) {
+    size_t group = c->n_head / c->n_head_kv;
+    return (group + ATTN_TILE_HEADS - 1) / ATTN_TILE_HEADS;
+}
+static size_t attn_units(const sy_tf_config *c) { return c->n_head_kv * attn_unit_slices(c); }
+
+/* Partial states of split decode, per task ATTN_TILE_HEADS * (hd + 2) floats (outs, then max and sum per head). */
+static size_t attn_part_task_floats(const sy_tf_config *c) { return (size_t)ATTN_TILE_HEADS * (c->head_dim + 2); }
+static size_t attn_part_floats(const sy_tf_config *c) { return ATTN_PART_TASKS * attn_part_task_floats(c); }
+
+/* The query heads [h0, h0 + nh) of unit u; they read KV head kvh. */
+static void attn_unit_heads(const sy_tf_config *c, size_t u, size_t *kvh, size_t *h0, size_t *nh) {
+    size_t group = c->n_head / c->n_head_kv, slices = attn_unit_slices(c);
+    size_t first = (u % slices) * ATTN_TILE_HEADS;
+    *kvh = u / slices;
+    *h0 = *kvh * group + first;
+    *nh = group - first < ATTN_TILE_HEADS ? group - first : ATTN_TILE_HEADS;
+}
+
+static void attention_tile(void *arg, size_t task, size_t thread_index) {
     const attn_job *j = arg;
     sy_tf_model *m = j->m;
     const sy_tf_config *c = &m->cfg;
-    const size_t hd = c->head_dim, group = c->n_head / c->n_head_kv;
+    const size_t hd = c->head_dim, units = attn_units(c);
     const float scale = 1.0f / sqrtf((float)hd);
-    size_t r = task / c->n_head, h = task % c->n_head;
-    const float *q = m->q + r * m->q_dim + h * hd;
-    float *out = m->att + r * m->q_dim + h * hd;
-    const void *kv = m->row_seq[r]->kv;
-    size_t n_pos = (size_t)m->row_pos[r] + 1;
-    float run_max = -INFINITY, run_sum = 0.0f;
-    memset(out, 0, hd * sizeof *out);
+    const size_t split = task % j->n_split;
+    const size_t tile = j->n_tiles - 1 - task / (j->n_split * units); /* the longest tiles first */
+    size_t kvh, h0, group;
+    attn_unit_heads(c, (task / j->n_split) % units, &kvh, &h0, &group);
+    const size_t r0 = j->tile_r0[tile], nr = j->tile_rows[tile];
+    const void *kv = m->row_seq[r0]->kv;
+
+    size_t n_keys = 0; /* keys the tile's last-reaching row sees */
+    for (size_t i = 0; i < nr; i++)
+        if ((size_t)m->row_pos[r0 + i] + 1 > n_keys) n_keys = (size_t)m->row_pos[r0 + i] + 1;
+    /* this task's range of keys, in whole blocks */
+    size_t n_blocks = (n_keys + ATTN_TILE_KEYS - 1) / ATTN_TILE_KEYS;
+    size_t lo = n_blocks * split / j->n_split * ATTN_TILE_KEYS;
+    size_t hi = n_blocks * (split + 1) / j->n_split * ATTN_TILE_KEYS;
+    if (hi > n_keys) hi = n_keys;
+
+    float run_max[ATTN_TILE_ROWS * ATTN_TILE_HEADS], run_sum[ATTN_TILE_ROWS * ATTN_TILE_HEADS];
+    float *outs[ATTN_TILE_ROWS * ATTN_TILE_HEADS];
+    float *part = j->n_split > 1 ? m->att_part + task * attn_part_task_floats(c) : NULL;
+    for (size_t i = 0; i < nr; i++)
+        for (size_t g = 0; g < group; g++) {
+            size_t v = i * group + g;
+            outs[v] = part ? part + g * hd : m->att + (r0 + i) * m->q_dim + (h0 + g) * hd;
+            memset(outs[v], 0, hd * sizeof(float));
+            run_max[v] = -INFINITY;
+            run_sum[v] = 0.0f;
+        }
     sy_tf_kv_view view;
-    for (size_t p0 = 0; p0 < n_pos; p0 += view.n) {
-        /* K and V of this head's group for positions p0 .. p0+nb-1 (the store may return fewer than asked) */
-        size_t want = n_pos - p0 < ATTN_BLOCK ? n_pos - p0 : ATTN_BLOCK;
-        m->kv_ops->read(m->kv_store, kv, j->layer, (uint32_t)p0, (uint32_t)want, (uint32_t)((h / group) * hd),
-                        (uint32_t)hd, thread_index, &view);
-        m->kern->attend_f32(q, view.k, view.v, view.stride, view.n, hd, scale, &run_max, &run_sum, out);
+    for (size_t p0 = lo; p0 < hi; p0 += view.n) {
+        size_t want = hi - p0 < ATTN_TILE_KEYS ? hi - p0 : ATTN_TILE_KEYS;
+        m->kv_ops->read(m->kv_store, kv, j->layer, (uint32_t)p0, (uint32_t)want, (uint32_t)(kvh * hd), (uint32_t)hd,
+                        thread_index, &view);
+        for (size_t i = 0; i < nr; i++) {
+            size_t seen = (size_t)m->row_pos[r0 + i] + 1;
+            if (seen <= p0) continue; /* causal: the whole block lies after this row */
+            size_t n = seen - p0 < view.n ? seen - p0 : view.n;
+            const float *q = m->q + (r0 + i) * m->q_dim + h0 * hd;
+            for (size_t g = 0; g < group; g++) {
+                size_t v = i * group + g;
+                m->kern->attend_f32(q + g * hd, view.k, view.v, view.stride, n, hd, scale, &run_max[v], &run_sum[v],
+                                    outs[v]);
+            }
+        }
     }
-    float inv = 1.0f / run_sum;
-    for (size_t i = 0; i < hd; i++) out[i] *= inv;
+    if (part) { /* combined by attention_combine */
+        for (size_t g = 0; g < group; g++) {
+            part[ATTN_TILE_HEADS * hd + 2 * g] = run_max[g];
+            part[ATTN_TILE_HEADS * hd + 2 * g + 1] = run_sum[g];
+        }
+        return;
+    }
+    for (size_t v = 0; v < nr * group; v++) {
+        float inv = 1.0f / run_sum[v];
+        for (size_t e = 0; e < hd; e++) outs[v][e] *= inv;
+    }
+}
+
+/* The split ranges' partial states of each (tile, KV head) into the tile's row of att: with M the largest
+ * maximum, out = Σ_s e^(max_s - M) out_s / Σ_s e^(max_s - M) sum_s (a range with no key has sum 0). */
+static void attention_combine(sy_tf_model *m, const attn_job *j) {
+    const sy_tf_config *c = &m->cfg;
+    const size_t hd = c->head_dim, S = j->n_split, units = attn_units(c);
+    const size_t part_floats = attn_part_task_floats(c);
+    for (size_t task0 = 0; task0 < j->n_tiles * units * S; task0 += S) {
+        size_t tile = j->n_tiles - 1 - task0 / (S * units), kvh, h0, group;
+        attn_unit_heads(c, (task0 / S) % units, &kvh, &h0, &group);
+        size_t r = j->tile_r0[tile];
+        for (size_t g = 0; g < group; g++) {
+            float M = -INFINITY, total = 0.0f;
+            for (size_t s = 0; s < S; s++) {
+                const float *st = m->att_part + (task0 + s) * part_floats + ATTN_TILE_HEADS * hd + 2 * g;
+                if (st[1] > 0.0f && st[0] > M) M = st[0];
+            }
+            float *out = m->att + r * m->q_dim + (h0 + g) * hd;
+            memset(out, 0, hd * sizeof *out);
+            for (size_t s = 0; s < S; s++) {
+                const float *p = m->att_part + (task0 + s) * part_floats;
+                const float *st = p + ATTN_TILE_HEADS * hd + 2 * g;
+                if (!(st[1] > 0.0f)) continue;
+                float w = expf(st[0] - M);
+                total += w * st[1];
+                m->kern->axpy_f32(out, w, p + g * hd, hd);
+            }
+            float inv = 1.0f / total;
+            for (size_t e = 0; e < hd; e++) out[e] *= inv;
+        }
+    }
+}
+
+static void attention_rows(sy_tf_model *m, uint32_t l, size_t N) {
+    const sy_tf_config *c = &m->cfg;
+    attn_job j = {.m = m, .layer = l, .n_split = 1};
+    size_t deepest = 0;
+    for (size_t r = 0; r < N; r++) {
+        bool extend = j.n_tiles > 0 && m->row_seq[r] == m->row_seq[r - 1] &&
+                      j.tile_rows[j.n_tiles - 1] < ATTN_TILE_ROWS;
+        if (extend) {
+            j.tile_rows[j.n_tiles - 1]++;
+        } else {
+            j.tile_r0[j.n_tiles] = (uint16_t)r;
+            j.tile_rows[j.n_tiles++] = 1;
+        }
+        if ((size_t)m->row_pos[r] + 1 > deepest) deepest = (size_t)m->row_pos[r] + 1;
+    }
+    /* decode at depth: too few tiles to keep the threads busy, so split their keys */
+    size_t base = j.n_tiles * attn_units(c), threads = sy_threadpool_size(m->pool);
+    if (m->att_part && j.n_tiles == N && base < 2 * threads && deepest >= 2 * ATTN_SPLIT_MIN_KEYS) {
+        size_t s = (2 * threads + base - 1) / base;
+        if (s > deepest / ATTN_SPLIT_MIN_KEYS) s = deepest / ATTN_SPLIT_MIN_KEYS;
+        if (s > ATTN_MAX_SPLITS) s = ATTN_MAX_SPLITS;
+        if (s > ATTN_PART_TASKS / base) s = ATTN_PART_TASKS / base;
+        if (s > 1) j.n_split = s;
+    }
+    sy_threadpool_parallel_for(m->pool, base * j.n_split, attention_tile, &j);
+    if (j.n_split > 1) attention_combine(m, &j);
 }
 
 /* x += Wo · attention(rope(Wq·xn), rope(Wk·xn), Wv·xn),  xn = rmsnorm(x)        x: [N][n_embd] */
@@ -732,8 +870,7 @@ static bool attention_block(sy_tf_model *m, uint32_t l, size_t N) {
         m->kv_ops->prepare(m->kv_store, l, kvs, n_pos, n_kvs);
     }
 
-    attn_job j = {m, l};
-    sy_threadpool_parallel_for(m->pool, N * c->n_head, attention_head, &j);
+    attention_rows(m, l, N);
 
     /* x += Wo · att */
     if (!matmul(m, &L->wo, m->att, N, m->xb)) return false;
