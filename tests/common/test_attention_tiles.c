@@ -130,7 +130,7 @@ static void check_against_reference(uint32_t n_head, uint32_t n_head_kv, uint32_
         tokens[s] = malloc(lens[s] * sizeof(int32_t));
         assert_non_null(tokens[s]);
         for (uint32_t i = 0; i < lens[s]; i++) tokens[s][i] = (int32_t)((next_uniform(&rng) + 1.0f) * 0.5f * (float)V) % (int32_t)V;
-        items[s] = (sy_tf_batch_item){seqs[s], tokens[s], lens[s], 1, logits + s * V};
+        items[s] = (sy_tf_batch_item){seqs[s], tokens[s], lens[s], 1, logits + s * V, NULL};
         ritems[s] = (sy_ref_item){rseqs[s], tokens[s], lens[s], 1, rlogits + s * V};
     }
     assert_int_equal(sy_tf_decode(m, items, n_seqs, NULL, NULL, err, sizeof err), SY_OK);
@@ -145,7 +145,7 @@ static void check_against_reference(uint32_t n_head, uint32_t n_head_kv, uint32_
     for (uint32_t step = 0; step < decode_steps; step++) {
         for (size_t s = 0; s < n_seqs; s++) {
             next[s] = (int32_t)((step * 31u + (uint32_t)s * 7u) % V);
-            items[s] = (sy_tf_batch_item){seqs[s], &next[s], 1, 1, logits + s * V};
+            items[s] = (sy_tf_batch_item){seqs[s], &next[s], 1, 1, logits + s * V, NULL};
             ritems[s] = (sy_ref_item){rseqs[s], &next[s], 1, 1, rlogits + s * V};
         }
         assert_int_equal(sy_tf_decode(m, items, n_seqs, NULL, NULL, err, sizeof err), SY_OK);
