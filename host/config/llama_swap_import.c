@@ -315,14 +315,18 @@ static bool import_native(imp *x, const char *name, const char *path, const char
     const char *bin = strrchr(words[0], '/') ? strrchr(words[0], '/') + 1 : words[0];
     if (strncmp(bin, "llama-server", 12) != 0) return false;
     const char *model = NULL, *ctx = NULL, *threads = NULL, *parallel = NULL;
-    sy_buf sampling;
-    sy_buf_init(&sampling);
     static const char *const sampling_flags[][2] = {{"--temp", "temperature"}, {"--temperature", "temperature"},
                                                     {"--top-k", "top_k"}, {"--top-p", "top_p"},
                                                     {"--min-p", "min_p"}, {"--repeat-penalty", "repeat_penalty"},
                                                     {"--presence-penalty", "presence_penalty"},
                                                     {"--frequency-penalty", "frequency_penalty"}, {"--seed", "seed"},
-                                                    {"-s", "seed"}, {"-n", "max_tokens"}, {"--n-predict", "max_tokens"}};
+                                                    {"-s", "seed"}, {"-n", "max_tokens"}, {"--n-predict", "max_tokens"},
+                                                    {"--typical", "typical_p"}, {"--repeat-last-n", "repeat_last_n"},
+                                                    {"--xtc-probability", "xtc_probability"},
+                                                    {"--xtc-threshold", "xtc_threshold"}};
+    /* the sampling flags found, as the model's request defaults (config/request_params.h) */
+    const char *defaults[sizeof sampling_flags / sizeof *sampling_flags][2];
+    size_t n_defaults = 0;
     static const char *const ignored_no_value[] = {"--jinja", "--no-webui", "--metrics", "--cont-batching",
                                                    "-cb", "--no-mmap", "--mlock", "--verbose", "-v"};
     char kp[320];
@@ -340,9 +344,18 @@ static bool import_native(imp *x, const char *name, const char *path, const char
             bool done = false;
             for (size_t k = 0; k < sizeof sampling_flags / sizeof *sampling_flags && !done; k++)
                 if (strcmp(w, sampling_flags[k][0]) == 0 && val) {
-                    sy_buf_printf(&sampling, "%s%s = %s", sampling.len ? ", " : "", sampling_flags[k][1], val);
                     i++;
                     done = true;
+                    if (strcmp(sampling_flags[k][1], "max_tokens") == 0 && atoll(val) <= 0) {
+                        /* llama-server's -n -1 (until the end of the context): the request default already */
+                        note(x, kp, "%s %s: no limit, as without it; dropped", w, val);
+                        continue;
+                    }
+                    size_t d = 0;
+                    while (d < n_defaults && strcmp(defaults[d][0], sampling_flags[k][1]) != 0) d++;
+                    defaults[d][0] = sampling_flags[k][1]; /* a flag given twice: the last one counts */
+                    defaults[d][1] = val;
+                    if (d == n_defaults) n_defaults++;
                 }
             for (size_t k = 0; k < sizeof ignored_no_value / sizeof *ignored_no_value && !done; k++)
                 if (strcmp(w, ignored_no_value[k]) == 0) {
@@ -359,7 +372,6 @@ static bool import_native(imp *x, const char *name, const char *path, const char
     }
     if (model == NULL || strstr(model, ".gguf") == NULL || strstr(model, "${") != NULL) {
         note(x, kp, "--native: llama-server without a -m FILE.gguf this importer can resolve; kept as a process");
-        sy_buf_free(&sampling);
         return false;
     }
     sy_buf_puts(x->ini, "plugin = gguf-quant\n");
@@ -367,14 +379,11 @@ static bool import_native(imp *x, const char *name, const char *path, const char
     if (ctx) put_value(x, kp, "ctx_size", ctx);
     if (threads) put_value(x, kp, "threads", threads);
     if (parallel) put_value(x, kp, "parallel", parallel);
-    if (sampling.len) {
-        bool printable = sampling.len < 150;
-        for (size_t i = 0; printable && i < sampling.len; i++)
-            printable = (unsigned char)sampling.data[i] >= 0x20 && sampling.data[i] != 0x7f;
-        if (printable) sy_buf_printf(x->ini, "; sampling defaults of its llama-server command: %s\n", sampling.data);
-        note(x, kp, "sampling defaults (%s) are not model keys of this config; written as a comment", sampling.data);
+    for (size_t d = 0; d < n_defaults; d++) {
+        char key[64];
+        snprintf(key, sizeof key, "defaults.%s", defaults[d][0]);
+        put_value(x, kp, key, defaults[d][1]);
     }
-    sy_buf_free(&sampling);
     (void)name;
     return true;
 }

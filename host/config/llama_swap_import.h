@@ -23,8 +23,8 @@ int sy_llama_swap_import(const char *yaml, size_t len, const char *source, sy_bu
 
 /* With native: a model whose cmd runs llama-server on a GGUF file (-m/--model) becomes a gguf-quant model of that
  * file with the command's context (-c/--ctx-size), threads (-t/--threads) and slots (-np/--parallel); its sampling
- * flags are written as a comment (this config has no per-model sampling defaults) and every flag not carried is
- * in the report. Other models import as processes. */
+ * flags (--temp, --top-k, --top-p, --min-p, penalties, --seed, -n, ...) become the model's request defaults
+ * (defaults.KEY), and every flag not carried is in the report. Other models import as processes. */
 int sy_llama_swap_import_native(const char *yaml, size_t len, const char *source, bool native, sy_buf *ini,
                                 sy_buf *report, char *err, size_t err_size);
 

@@ -184,11 +184,42 @@ static void test_import_small(void **state) {
     sy_buf_free(&report);
 }
 
+/* --native: llama-server's context, threads and sampling flags become the gguf-quant model's keys and request
+ * defaults, and the result loads. */
+static void test_import_native(void **state) {
+    (void)state;
+    const char *yaml = "models:\n  q:\n    cmd: /opt/llama-server --port ${PORT} -m /m/q.gguf -c 4096 -t 2 "
+                       "--temp 0.6 --top-k 20 --top-p 0.95 --temp 0.7 -n -1 --seed 7 --jinja\n";
+    sy_buf ini, report;
+    sy_buf_init(&ini);
+    sy_buf_init(&report);
+    char err[300];
+    assert_int_equal(sy_llama_swap_import_native(yaml, strlen(yaml), "n.yaml", true, &ini, &report, err, sizeof err), 0);
+    sy_buf_append(&ini, "", 1);
+    sy_buf_append(&report, "", 1);
+    assert_non_null(strstr(ini.data, "plugin = gguf-quant\n"));
+    assert_non_null(strstr(ini.data, "ctx_size = 4096\n"));
+    assert_non_null(strstr(ini.data, "defaults.temperature = 0.7\n")); /* the last of two */
+    assert_non_null(strstr(ini.data, "defaults.top_k = 20\n"));
+    assert_non_null(strstr(ini.data, "defaults.top_p = 0.95\n"));
+    assert_non_null(strstr(ini.data, "defaults.seed = 7\n"));
+    assert_null(strstr(ini.data, "max_tokens"));
+    assert_non_null(strstr(report.data, "-n -1: no limit"));
+    sy_config *cfg = sy_config_load_string(ini.data, ini.len - 1, "n.ini", "/base");
+    sy_config_print_diagnostics(cfg, stderr);
+    assert_true(sy_config_ok(cfg));
+    assert_int_equal(sy_config_find_model(cfg, "q")->n_request_params, 4);
+    sy_config_free(cfg);
+    sy_buf_free(&ini);
+    sy_buf_free(&report);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_macros_and_ports),    cmocka_unit_test(test_process_errors),
         cmocka_unit_test(test_env_lists),           cmocka_unit_test(test_peers_and_selectors),
         cmocka_unit_test(test_command_split),       cmocka_unit_test(test_import_small),
+        cmocka_unit_test(test_import_native),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
