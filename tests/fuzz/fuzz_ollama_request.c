@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/ollama.h"
+#include "api/sampling_fields.h"
 #include "fuzz_api_request.h"
 #include "manager/model_manager.h"
 
@@ -21,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int64_t keep_alive = 0;
         int rc = sy_api_ollama_parse_request(body, chat, &p, &keep_alive, &e);
         check_outcome(rc, &e, &p);
+        sy_api_sampling_fields_free(&p); /* logit_bias, as the handlers free it */
         /* The ttl is the configured one, forever, or whole seconds a model manager takes. */
         if (rc == 0 && keep_alive != SY_MODEL_TTL_CONFIGURED && keep_alive != SY_MODEL_TTL_FOREVER &&
             (keep_alive < 0 || keep_alive > INT32_MAX))

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/openai.h"
+#include "api/sampling_fields.h"
 #include "fuzz_api_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -19,6 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memset(&e, 0, sizeof e);
         int rc = sy_api_openai_parse_request(body, chat, &p, &e);
         check_outcome(rc, &e, &p);
+        sy_api_sampling_fields_free(&p); /* logit_bias, as the handlers free it */
     }
     cJSON_Delete(body);
     return 0;
