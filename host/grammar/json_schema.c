@@ -1872,7 +1872,21 @@ int sy_json_schema_to_gbnf(const cJSON *schema, const sy_schema_options *o, char
     /* "root" is taken so no generated rule claims it */
     free(add_rule_named(&c, dup("root"), dup("\"\"")));
     char *body = schema ? visit(&c, schema, "root", "#") : fail(&c, "#", "no schema");
-    return finish(&c, body, gbnf);
+    int rc = finish(&c, body, gbnf);
+    if (rc != 0) return rc;
+    /* A repetition of something that can match nothing (a pattern such as "(|ab)+") is left-recursive in GBNF;
+     * refuse the schema with the reason rather than hand on a grammar that cannot compile. */
+    char why[256] = "";
+    sy_grammar *g = sy_grammar_compile(*gbnf, strlen(*gbnf), NULL, why, sizeof why);
+    if (g == NULL && strstr(why, "left recursion") != NULL) {
+        free(*gbnf);
+        *gbnf = NULL;
+        sy_gerr(err, err_cap, "a repetition in the schema (a pattern's '*' or '+' over something that can match "
+                              "nothing) is not supported: %s", why);
+        return -1;
+    }
+    sy_grammar_free(g);
+    return 0;
 }
 
 int sy_json_object_gbnf(const sy_schema_options *o, char **gbnf, char *err, size_t err_cap) {
