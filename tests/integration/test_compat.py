@@ -10,19 +10,17 @@ Servers and helpers are test_serve.py's. With SY_SMOLLM2_GGUF set, the checks on
 
 Usage: test_compat.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
 """
-import argparse
 import json
 import os
 import re
 import shutil
 import sys
-import time
-import traceback
 
 import ollama
 import openai
 
 import fim_model
+import sy_server
 import test_serve as ts
 from test_serve import CheckFailed, Server, check, curl, curl_json, post
 
@@ -300,8 +298,8 @@ def t_serve_models_dir(_main):
                                                    "digest": "sha256:" + digest, "size": 1}]}, f)
 
     def start(name, args):
-        srv = Server.__new__(Server)
-        return ts_start(srv, name, args)
+        """A server without a config of its own: `serve ARGS`."""
+        return Server(name, None, args)
 
     srv = start("dir", ["--models-dir", os.path.join(root, "plain")])
     try:
@@ -333,77 +331,19 @@ def t_serve_models_dir(_main):
         srv.stop()
 
 
-def ts_start(srv, name, args):
-    """A Server without a config of its own: `serve ARGS`."""
-    import subprocess
-    srv.name = name
-    srv.dir = os.path.join(ts.ARGS.work_dir, name)
-    os.makedirs(srv.dir, exist_ok=True)
-    srv.log_path = os.path.join(srv.dir, "server.log")
-    srv.log = open(srv.log_path, "wb")
-    cmd = [ts.ARGS.switchyard, "serve", "--listen", "127.0.0.1:0", "--plugin-dir", ts.ARGS.plugin_dir,
-           "--resume-path", os.path.join(srv.dir, "resume"), *args]
-    srv.proc = subprocess.Popen(cmd, stdout=srv.log, stderr=subprocess.STDOUT)
-    srv.signalled = False
-    srv.port = None
-    deadline = time.time() + 30
-    while time.time() < deadline and srv.port is None:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", srv.log_text())
-        if m:
-            srv.port = int(m.group(1))
-        elif srv.proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if srv.port is None:
-        srv.proc.kill()
-        raise CheckFailed(f"server {name} did not start; its log:\n{srv.log_text()}")
-    srv.base = f"http://127.0.0.1:{srv.port}"
-    return srv
-
-
 TESTS = [t_ollama_version_and_listing, t_ollama_model_management, t_ollama_options, t_llama_server_extras,
          t_openai_n_and_logit_bias, t_model_defaults, t_fim, t_x_api_key, t_serve_models_dir]
 
 
 def main():
     global FIM_GGUF
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
+    ap = sy_server.argument_parser()
     ap.add_argument("--only", nargs="*")
-    args = ap.parse_args()
-    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
-        setattr(args, name, os.path.abspath(getattr(args, name)))
+    args = sy_server.parse_arguments(ap)
     ts.ARGS = args
     ts.FIXTURES = os.path.join(args.source_dir, "tests", "fixtures", "test-engine")
-    os.makedirs(args.work_dir, exist_ok=True)
     FIM_GGUF = fim_model.build(args.source_dir, args.work_dir, args.switchyard)
-    failed = []
-    srv = Server("compat", main_config())
-    try:
-        for t in TESTS:
-            if args.only and t.__name__ not in args.only and t.__name__[2:] not in args.only:
-                continue
-            t0 = time.time()
-            try:
-                t(srv)
-                print(f"ok   {t.__name__[2:]} ({time.time() - t0:.1f} s)", flush=True)
-            except CheckFailed as e:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: {e}", flush=True)
-            except Exception:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: unexpected exception\n{traceback.format_exc()}", flush=True)
-    finally:
-        try:
-            srv.stop()
-        except CheckFailed as e:
-            failed.append("stop")
-            print(f"FAIL stop: {e}", flush=True)
-        if failed:
-            print("--- server log (tail) ---\n" + srv.log_text()[-6000:], flush=True)
+    failed = sy_server.run_tests(Server("compat", main_config()), TESTS, args.only)
     print(f"{len(failed)} failed")
     return min(len(failed), 100)
 

@@ -10,33 +10,21 @@ that concurrent clients get the vectors they get alone. The exit status is the n
 
 Usage: test_embeddings.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR
 """
-import argparse
-import base64
-import http.client
 import json
 import math
 import os
-import re
-import struct
 import subprocess
 import sys
 import threading
-import time
 import traceback
 
 import ollama
 import openai
 
+import sy_server
+from sy_server import CheckFailed, check
+
 ARGS = None
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
 
 
 def cosine(a, b):
@@ -48,47 +36,11 @@ def norm(a):
     return math.sqrt(sum(x * x for x in a))
 
 
-class Server:
+class Server(sy_server.Server):
+    """One `switchyard serve` process in ARGS.work_dir/server with its own config file and log."""
+
     def __init__(self, config_text):
-        os.makedirs(ARGS.work_dir, exist_ok=True)
-        self.config_path = os.path.join(ARGS.work_dir, "serve.ini")
-        with open(self.config_path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(ARGS.work_dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, "--resume-path", os.path.join(ARGS.work_dir, "resume")]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            raise CheckFailed("server did not start:\n" + open(self.log_path).read())
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def post(self, path, body):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        try:
-            return r.status, json.loads(data)
-        except ValueError:
-            return r.status, data
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        super().__init__(ARGS, "server", config_text)
 
 
 def fixture():
@@ -288,12 +240,8 @@ def rerank(srv, fx):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
-    ARGS = ap.parse_args()
+    ap = sy_server.argument_parser()
+    ARGS = sy_server.parse_arguments(ap)
     minilm = os.environ.get("SY_MINILM_DIR")
     if not minilm or not os.path.isdir(minilm):
         print("SY_MINILM_DIR is not set (tools/fetch-models.sh fetches all-MiniLM-L6-v2): skipped")
@@ -329,9 +277,13 @@ group = chat
                 if not isinstance(e, CheckFailed):
                     traceback.print_exc()
     finally:
-        srv.stop()
+        try:
+            srv.stop(timeout=30)
+        except CheckFailed as e:
+            failed += 1
+            print(f"FAIL stop: {e}")
     if failed:
-        print("server log:\n" + open(srv.log_path).read()[-4000:])
+        print("server log:\n" + srv.log_text()[-4000:])
     return min(failed, 100)
 
 

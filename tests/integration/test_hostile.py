@@ -13,18 +13,16 @@ across the swap pair; malformed bodies on every route.
 
 Usage: test_hostile.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR
 """
-import argparse
-import http.client
 import json
 import os
-import re
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
+
+import sy_server
+from sy_server import CheckFailed
 
 ARGS = None
 FAILED = []
@@ -41,45 +39,17 @@ def check(cond, message):
     return cond
 
 
-class Server:
+class Server(sy_server.Server):
+    """One `switchyard serve` process in ARGS.work_dir/hostile with its own config file and log."""
+
     def __init__(self, config_text):
-        self.dir = os.path.join(ARGS.work_dir, "hostile")
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "serve.ini")
-        with open(self.config_path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, "--resume-path", os.path.join(self.dir, "resume")]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and self.port is None and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            raise SystemExit(f"the server did not start; its log:\n{self.log_text()}")
-
-    def log_text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def status_kb(self, key):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-        return 0
+        super().__init__(ARGS, "hostile", config_text)
 
     def reset_peak(self):
         """Reset VmHWM (the peak resident set) to the current size, and return it in MB."""
         with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
             f.write("5")
-        return self.status_kb("VmRSS") / 1024
+        return self.proc_status_kb("VmRSS") / 1024
 
 
 def connect(port, source="127.0.0.1", rcvbuf=None, timeout=10):
@@ -137,8 +107,8 @@ def normal_client(srv, what):
     check(status == 200, f"after {what}: a normal client got {status} {body[:200]!r}")
     check(took < 2.0, f"after {what}: a normal client waited {took:.2f} s")
     check(srv.proc.poll() is None, f"after {what}: the server died")
-    rss_mb = srv.status_kb("VmRSS") / 1024
-    peak_mb = srv.status_kb("VmHWM") / 1024
+    rss_mb = srv.proc_status_kb("VmRSS") / 1024
+    peak_mb = srv.proc_status_kb("VmHWM") / 1024
     check(peak_mb - BASE_RSS[0] < RSS_BOUND_MB,
           f"after {what}: peak RSS {peak_mb:.0f} MB, {peak_mb - BASE_RSS[0]:.0f} MB over the {BASE_RSS[0]:.0f} MB "
           f"before (bound {RSS_BOUND_MB})")
@@ -431,14 +401,8 @@ def t_malformed_bodies(srv):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
-    ARGS = ap.parse_args()
-    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
-        setattr(ARGS, name, os.path.abspath(getattr(ARGS, name)))
+    ap = sy_server.argument_parser()
+    ARGS = sy_server.parse_arguments(ap)
     fixtures = os.path.join(ARGS.source_dir, "tests", "fixtures")
     te = os.path.join(fixtures, "test-engine")
     config = f"""[host]
@@ -484,7 +448,10 @@ exclusive = false
 swap = true
 exclusive = false
 """
-    srv = Server(config)
+    try:
+        srv = Server(config)
+    except CheckFailed as e:
+        raise SystemExit(str(e))  # nothing to attack
     t_start = time.time()
     try:
         # Load stories before measuring.
@@ -505,14 +472,10 @@ exclusive = false
                 check(False, "the server died")
                 break
     finally:
-        if srv.proc.poll() is None:
-            srv.proc.send_signal(signal.SIGTERM)
         try:
-            rc = srv.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.proc.kill()
-            rc = -9
-        check(rc == 0, f"the server exited with {rc}; the end of its log:\n{srv.log_text()[-3000:]}")
+            srv.stop(timeout=30)
+        except CheckFailed as e:
+            check(False, str(e))
     print(f"{len(FAILED)} failed check(s) in {time.time() - t_start:.1f} s", flush=True)
     return min(len(FAILED), 100)
 

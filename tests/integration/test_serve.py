@@ -7,119 +7,36 @@ Every check can fail; the exit status is the number of failed checks (capped at 
 
 Usage: test_serve.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
 """
-import argparse
 import calendar
 import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import ollama
 import openai
 
+import sy_server
+from sy_server import CheckFailed, check
+
 ARGS = None
 FIXTURES = None
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Servers
 
 
-class Server:
-    """One `switchyard serve` process with its own config file and log."""
+class Server(sy_server.Server):
+    """One `switchyard serve` process in ARGS.work_dir/NAME with its own config file and log."""
 
     def __init__(self, name, config_text, extra_args=()):
-        self.name = name
-        self.dir = os.path.join(ARGS.work_dir, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "serve.ini")
-        self.write_config(config_text)
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        # KV snapshots (written at every unload and at the stop) stay in the work folder, never in $HOME; each
-        # server starts without the snapshots of an earlier run.
-        self.resume_path = os.path.join(self.dir, "resume")
-        shutil.rmtree(self.resume_path, ignore_errors=True)
-        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, "--resume-path", self.resume_path, *extra_args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.signalled = False
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            raise CheckFailed(f"server {name} did not start; its log:\n{self.log_text()}")
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def write_config(self, text):
-        with open(self.config_path, "w") as f:
-            f.write(text)
-
-    def log_text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def openai(self, api_key="none"):
-        return openai.OpenAI(base_url=self.base + "/v1", api_key=api_key, max_retries=0, timeout=60)
-
-    def ollama(self):
-        return ollama.Client(host=self.base, timeout=60)
-
-    def json(self, method, path, body=None, headers=None):
-        """(status, decoded JSON or text) over http.client."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        data = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=data, headers=headers or {})
-        resp = conn.getresponse()
-        raw = resp.read()
-        conn.close()
-        try:
-            return resp.status, json.loads(raw)
-        except ValueError:
-            return resp.status, raw.decode("utf-8", "replace")
-
-    def send(self, sig):
-        self.signalled = True
-        self.proc.send_signal(sig)
-
-    def stop(self, sig=signal.SIGTERM, timeout=20):
-        """Stop with a signal (unless one was sent already: a second one kills at once); the exit status must be
-        0 (sanitizer builds report leaks through it)."""
-        if self.proc.poll() is None and not self.signalled:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise CheckFailed(f"server {self.name} did not stop within {timeout} s of {sig.name}")
-        finally:
-            self.log.close()
-        check(rc == 0, f"server {self.name} exited with status {rc}; its log:\n{self.log_text()[-4000:]}")
+        super().__init__(ARGS, name, config_text, extra_args)
 
 
 def model_section(name, fixture, group, aliases="", extra=""):
@@ -648,6 +565,7 @@ def t_disconnect_cancels(srv):
 
 
 def t_shutdown_mid_stream(srv):
+    check(srv.proc.poll() is None, "the main server is not running")
     conn, resp, first = stream_first_chunk(srv, {"model": "slow", "prompt": "Bye", "max_tokens": 400,
                                                  "stream": True})
     check(first.startswith(b"data: "), f"first line {first!r}")
@@ -940,48 +858,15 @@ TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_ope
 
 def main():
     global ARGS, FIXTURES
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
+    ap = sy_server.argument_parser()
     ap.add_argument("--only", nargs="*")
-    ARGS = ap.parse_args()
-    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
-        setattr(ARGS, name, os.path.abspath(getattr(ARGS, name)))
+    ARGS = sy_server.parse_arguments(ap)
     FIXTURES = os.path.join(ARGS.source_dir, "tests", "fixtures", "test-engine")
-    os.makedirs(ARGS.work_dir, exist_ok=True)
     if subprocess.run(["curl", "--version"], capture_output=True).returncode != 0:
         print("FAIL: curl is needed by this test", file=sys.stderr)
         return 1
     print(f"clients: openai {openai.__version__}, ollama", flush=True)
-    failed = []
-    srv = Server("main", main_config())
-    try:
-        for t in TESTS:
-            if ARGS.only and t.__name__ not in ARGS.only and t.__name__[2:] not in ARGS.only:
-                continue
-            t0 = time.time()
-            try:
-                if t is t_shutdown_mid_stream and srv.proc.poll() is not None:
-                    raise CheckFailed("the main server is not running")
-                t(srv)
-                print(f"ok   {t.__name__[2:]} ({time.time() - t0:.1f} s)", flush=True)
-            except CheckFailed as e:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: {e}", flush=True)
-            except Exception:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: unexpected exception\n{traceback.format_exc()}", flush=True)
-    finally:
-        if srv.proc.poll() is None:
-            try:
-                srv.stop()
-            except CheckFailed as e:
-                failed.append("stop")
-                print(f"FAIL stop: {e}", flush=True)
-        if failed:
-            print("--- main server log (tail) ---\n" + srv.log_text()[-6000:], flush=True)
+    failed = sy_server.run_tests(Server("main", main_config()), TESTS, ARGS.only)
     print(f"{len(TESTS) - len(failed)} passed, {len(failed)} failed" if not ARGS.only else f"{len(failed)} failed")
     return min(len(failed), 100)
 

@@ -11,31 +11,19 @@ Exit status: the number of failed checks; 77 (skipped) when the model file is no
 
 Usage: test_tools.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR [--only NAME ...]
 """
-import argparse
-import http.client
 import json
 import os
-import re
-import subprocess
 import sys
-import time
-import traceback
 
 import jsonschema
 import ollama
 import openai
 
+import sy_server
+from sy_server import CheckFailed, check
+
 ARGS = None
 SKIP = 77
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
 
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
@@ -67,52 +55,11 @@ def find_model():
     return path if path and os.path.exists(path) else None
 
 
-class Server:
+class Server(sy_server.Server):
+    """One `switchyard serve` process in ARGS.work_dir/NAME with its own config file and log."""
+
     def __init__(self, name, config_text):
-        self.dir = os.path.join(ARGS.work_dir, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "serve.ini")
-        with open(self.config_path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, "--resume-path", os.path.join(self.dir, "resume")]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and self.port is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-            elif self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            raise CheckFailed(f"server did not start:\n{self.log_text()}")
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def log_text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def post(self, path, body, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers or {})
-        resp = conn.getresponse()
-        raw = resp.read()
-        conn.close()
-        try:
-            return resp.status, json.loads(raw)
-        except ValueError:
-            return resp.status, raw.decode("utf-8", "replace")
-
-    def stop(self):
-        self.proc.terminate()
-        rc = self.proc.wait(timeout=30)
-        self.log.close()
-        check(rc == 0, f"server exited with {rc}:\n{self.log_text()[-3000:]}")
+        super().__init__(ARGS, name, config_text)
 
 
 def config(gguf):
@@ -391,44 +338,15 @@ TESTS = [t_openai_required, t_openai_round_trip, t_openai_errors, t_ollama, t_la
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
+    ap = sy_server.argument_parser()
     ap.add_argument("--only", nargs="*")
-    ARGS = ap.parse_args()
-    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
-        setattr(ARGS, name, os.path.abspath(getattr(ARGS, name)))
+    ARGS = sy_server.parse_arguments(ap)
     gguf = find_model()
     if gguf is None:
         print("skipped: SmolLM2-135M-Instruct.Q4_1.gguf not found (set SY_SMOLLM2_GGUF)")
         return SKIP
-    os.makedirs(ARGS.work_dir, exist_ok=True)
-    srv = Server("tools", config(gguf))
-    failed = []
-    try:
-        for t in TESTS:
-            if ARGS.only and t.__name__[2:] not in ARGS.only and t.__name__ not in ARGS.only:
-                continue
-            t0 = time.time()
-            try:
-                t(srv)
-                print(f"ok   {t.__name__[2:]} ({time.time() - t0:.1f} s)", flush=True)
-            except (CheckFailed, jsonschema.ValidationError) as e:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: {e}", flush=True)
-            except Exception:
-                failed.append(t.__name__)
-                print(f"FAIL {t.__name__[2:]}: unexpected exception\n{traceback.format_exc()}", flush=True)
-    finally:
-        try:
-            srv.stop()
-        except CheckFailed as e:
-            failed.append("stop")
-            print(f"FAIL stop: {e}")
-        if failed:
-            print("--- server log (tail) ---\n" + srv.log_text()[-5000:], flush=True)
+    failed = sy_server.run_tests(Server("tools", config(gguf)), TESTS, ARGS.only,
+                                 expected=(CheckFailed, jsonschema.ValidationError), stop_timeout=30)
     print(f"{len(failed)} failed")
     return min(len(failed), 76)
 

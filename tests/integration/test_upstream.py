@@ -10,11 +10,9 @@ Every check can fail; the exit status is the number of failed checks.
 
 Usage: test_upstream.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR
 """
-import argparse
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,16 +20,10 @@ import sys
 import time
 import traceback
 
+import sy_server
+from sy_server import CheckFailed, check
+
 ARGS = None
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
 
 
 def free_port_block(n=4):
@@ -70,66 +62,11 @@ def alive(pid):
         return False
 
 
-class Server:
+class Server(sy_server.Server):
+    """One `switchyard serve` process in ARGS.work_dir/NAME with its own config file and log."""
+
     def __init__(self, name, config_text):
-        self.name = name
-        self.dir = os.path.join(ARGS.work_dir, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "serve.ini")
-        with open(self.config_path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        cmd = [ARGS.switchyard, "serve", "--config", self.config_path, "--listen", "127.0.0.1:0",
-               "--plugin-dir", ARGS.plugin_dir, "--resume-path", os.path.join(self.dir, "resume")]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            raise CheckFailed(f"server {name} did not start; its log:\n{self.log_text()}")
-
-    def log_text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def request(self, method, path, body=None, headers=None, port=None):
-        """(status, headers dict, raw body bytes)."""
-        conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=60)
-        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-        resp = conn.getresponse()
-        raw = resp.read()
-        conn.close()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
-
-    def json(self, method, path, body=None, headers=None):
-        status, _, raw = self.request(method, path, body, headers)
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, raw.decode("utf-8", "replace")
-
-    def stop(self, timeout=20):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise CheckFailed(f"server {self.name} did not stop within {timeout} s")
-        finally:
-            self.log.close()
-        check(rc == 0, f"server {self.name} exited with status {rc}; its log:\n{self.log_text()[-3000:]}")
+        super().__init__(ARGS, name, config_text)
 
 
 def fake_cmd(extra=""):
@@ -322,9 +259,7 @@ def t_sigkill_leaves_no_child(_):
     check(st == 200, f"chat: {st} {body}")
     child = pid_of("proc")
     check(alive(child), "the child is not running")
-    srv.proc.send_signal(signal.SIGKILL)
-    srv.proc.wait()
-    srv.log.close()
+    srv.kill()
     deadline = time.time() + 5
     while alive(child) and time.time() < deadline:
         time.sleep(0.05)
@@ -560,14 +495,9 @@ TESTS = [t_swap_and_proxy, t_upstream_dies_mid_stream, t_sigkill_leaves_no_child
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
+    ap = sy_server.argument_parser()
     ap.add_argument("--only", action="append")
-    ARGS = ap.parse_args()
-    os.makedirs(ARGS.work_dir, exist_ok=True)
+    ARGS = sy_server.parse_arguments(ap)
     failed = 0
     for t in TESTS:
         if ARGS.only and t.__name__ not in ARGS.only:

@@ -18,19 +18,20 @@ Only the Python standard library is used. The exit status is the number of faile
 Usage: test_load.py --switchyard EXE --plugin-dir DIR --source-dir SRC --work-dir DIR
                     [--requests N] [--clients N] [--seed N] [--disconnect-fraction F]
 """
-import argparse
 import http.client
 import json
 import os
 import random
 import re
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+# The server fixture shared with the integration tests (tests/integration/sy_server.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "integration"))
+import sy_server  # noqa: E402
+from sy_server import CheckFailed  # noqa: E402
 
 ARGS = None
 
@@ -53,10 +54,6 @@ RSS_TOLERANCE_BYTES = 20 * 1024 * 1024
 RSS_TOLERANCE_FRACTION = 0.15
 
 
-class CheckFailed(Exception):
-    pass
-
-
 def config_text(work_dir, delay_us):
     fixtures = os.path.join(ARGS.source_dir, "tests", "fixtures")
     alpha = os.path.join(fixtures, "test-engine", "alpha.model")
@@ -73,78 +70,17 @@ def config_text(work_dir, delay_us):
             "[group.solo]\nexclusive = false\n")
 
 
-class Server:
-    """One `switchyard serve` process on a free loopback port."""
+class Server(sy_server.Server):
+    """One `switchyard serve` process on a free loopback port, in ARGS.work_dir/NAME."""
 
     def __init__(self, name, config):
-        self.dir = os.path.join(ARGS.work_dir, name)
-        shutil.rmtree(self.dir, ignore_errors=True)  # KV snapshots of an earlier run must not be found
-        os.makedirs(self.dir)
-        self.name = name
-        cfg_path = os.path.join(self.dir, "serve.ini")
-        with open(cfg_path, "w") as f:
-            f.write(config)
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([ARGS.switchyard, "serve", "--config", cfg_path, "--listen", "127.0.0.1:0",
-                                      "--plugin-dir", ARGS.plugin_dir], stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        if self.port is None:
-            self.proc.kill()
-            self.proc.wait()
-            raise CheckFailed(f"server {name} did not start; its log:\n{self.log_text()[-3000:]}")
-
-    def log_text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        super().__init__(ARGS, name, config)
 
     def rss_bytes(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise CheckFailed("no VmRSS in /proc/PID/status")
-
-    def get_json(self, method, path):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request(method, path)
-            resp = conn.getresponse()
-            body = resp.read()
-            return resp.status, json.loads(body) if body[:1] in (b"{", b"[") else body.decode("utf-8", "replace")
-        finally:
-            conn.close()
+        return self.proc_status_kb("VmRSS") * 1024
 
     def metrics(self):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request("GET", "/metrics")
-            return conn.getresponse().read().decode("utf-8", "replace")
-        finally:
-            conn.close()
-
-    def stop(self, timeout=20):
-        """SIGTERM; the exit status must be 0."""
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise CheckFailed(f"server {self.name} did not stop within {timeout} s of SIGTERM")
-        finally:
-            self.log.close()
-        if rc != 0:
-            raise CheckFailed(f"server {self.name} exited with status {rc}; its log:\n{self.log_text()[-4000:]}")
+        return self.request("GET", "/metrics")[2].decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -265,7 +201,7 @@ def wait_idle(srv, seconds):
     """True when no model has a busy slot or a queued request (cancellations end asynchronously)."""
     deadline = time.time() + seconds
     while True:
-        status, body = srv.get_json("GET", "/running")
+        status, body = srv.json("GET", "/running")
         busy = [(m["model"], m["slots_busy"], m["queue_depth"]) for m in body["running"]
                 if m["slots_busy"] or m["queue_depth"]]
         if not busy:
@@ -289,21 +225,14 @@ def metric(text, name):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--switchyard", required=True)
-    ap.add_argument("--plugin-dir", required=True)
-    ap.add_argument("--source-dir", required=True)
-    ap.add_argument("--work-dir", required=True)
+    ap = sy_server.argument_parser()
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--clients", type=int, default=12)
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--disconnect-fraction", type=float, default=0.15)
     ap.add_argument("--delay-us", type=int, default=1000, help="the test engine's sleep per token")
     ap.add_argument("--deadline", type=float, default=75, help="seconds the request storm may take")
-    ARGS = ap.parse_args()
-    for name in ("switchyard", "plugin_dir", "source_dir", "work_dir"):
-        setattr(ARGS, name, os.path.abspath(getattr(ARGS, name)))
-    os.makedirs(ARGS.work_dir, exist_ok=True)
+    ARGS = sy_server.parse_arguments(ap)
     failures = []
 
     def fail(msg):
@@ -423,10 +352,10 @@ def main():
             fail(f"clients that left cost {per_leaver:.1f} tokens each: their generations were not cancelled")
 
         rss_loaded = srv.rss_bytes()
-        status, body = srv.get_json("POST", "/unload")
+        status, body = srv.json("POST", "/unload")
         if status != 200:
             fail(f"POST /unload: {status} {body}")
-        _, running = srv.get_json("GET", "/running")
+        _, running = srv.json("GET", "/running")
         if running.get("running"):
             fail(f"models still loaded after /unload: {running}")
         time.sleep(0.5)
