@@ -493,16 +493,14 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
         sy_tool_stream_feed(&q->out, ev->text, ev->text_len, on_delta, q);
         return;
     }
-    if (ev->type == SY_GEN_EVENT_ERROR ||
-        (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))) {
-        const char *msg = ev->type == SY_GEN_EVENT_ERROR ? ev->message : "the server is shutting down";
-        char safe[1024];
-        sy_utf8_sanitize(safe, sizeof safe, msg, strlen(msg));
+    int status;
+    char msg[1024];
+    if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "type", "error");
         cJSON *err = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(err, "type", ev->type == SY_GEN_EVENT_ERROR ? "api_error" : "overloaded_error");
-        cJSON_AddStringToObject(err, "message", safe);
+        cJSON_AddStringToObject(err, "type", status == 500 ? "api_error" : "overloaded_error");
+        cJSON_AddStringToObject(err, "message", msg);
         sse_event(out, "error", o);
         return;
     }
@@ -535,10 +533,10 @@ static void respond_collected(sy_http_request *r, anthropic_request *q, sy_api_g
             sy_api_event_free(ev);
             continue;
         }
-        if (ev->type == SY_GEN_EVENT_ERROR) {
-            sy_http_respond_error(r, 500, NULL, NULL, "%s", ev->message);
-        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
-            sy_http_respond_error(r, 503, NULL, NULL, "the server is shutting down");
+        int status;
+        char msg[1024];
+        if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
+            sy_http_respond_error(r, status, NULL, NULL, "%s", msg);
         } else {
             sy_tool_stream_finish(&q->out, NULL, NULL);
             const sy_chat_parse *p = &q->out.last;

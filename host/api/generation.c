@@ -14,6 +14,7 @@
 #include <time.h>
 #include "api/context.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "base/util.h"
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -257,6 +258,21 @@ bool sy_api_gen_server_stopping(const sy_api_gen *g) {
     bool s = mg->server_stop;
     pthread_mutex_unlock(&mg->lock);
     return s || sy_api_stopping(g->server);
+}
+
+bool sy_api_gen_failed(const sy_api_gen *g, const sy_api_event *ev, int *status, char *msg, size_t msg_size) {
+    const char *why;
+    if (ev->type == SY_GEN_EVENT_ERROR) {
+        *status = 500;
+        why = ev->message ? ev->message : "the generation failed";
+    } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
+        *status = 503;
+        why = "the server is shutting down";
+    } else {
+        return false;
+    }
+    sy_utf8_sanitize(msg, msg_size, why, strlen(why));
+    return true;
 }
 
 /* ------------------------------------------------------------------------------------------------------------

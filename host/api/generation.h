@@ -51,6 +51,11 @@ const char *sy_api_gen_model_name(const sy_api_gen *g);
 void sy_api_gen_unload_after(sy_api_gen *g);
 /* True when the generation was cancelled because the server is stopping. */
 bool sy_api_gen_server_stopping(const sy_api_gen *g);
+/* Whether EV, the generation's last event (DONE or ERROR), ends it in failure rather than with its finish: the
+ * engine's error (*status 500) or the server's stop (*status 503: cancelled without the client asking). The
+ * message goes to MSG as valid UTF-8 cut to MSG_SIZE, ready for a JSON string. Every API answers these two
+ * alike; only the shape of its error differs. */
+bool sy_api_gen_failed(const sy_api_gen *g, const sy_api_event *ev, int *status, char *msg, size_t msg_size);
 
 /* A streamed response of a generation: for every event, format() appends the bytes to send; the stream ends
  * after the DONE or ERROR event. free_state(state) runs when the response is done with. On success the

@@ -321,14 +321,12 @@ static void infill_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy
         infill_sse(out, o);
         return;
     }
-    if (ev->type == SY_GEN_EVENT_ERROR ||
-        (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))) {
-        const char *msg = ev->type == SY_GEN_EVENT_ERROR ? ev->message : "the server is shutting down";
-        char safe[1024];
-        sy_utf8_sanitize(safe, sizeof safe, msg, strlen(msg));
+    int status;
+    char msg[1024];
+    if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
         cJSON *o = cJSON_CreateObject();
         cJSON *err = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(err, "message", safe);
+        cJSON_AddStringToObject(err, "message", msg);
         cJSON_AddStringToObject(err, "type", "server_error");
         infill_sse(out, o);
         return;
@@ -478,9 +476,11 @@ void sy_api_llama_infill(sy_http_request *r) {
         if (ev->type == SY_GEN_EVENT_TEXT) {
             sy_buf_append(&text, ev->text, ev->text_len);
         } else {
-            if (ev->type == SY_GEN_EVENT_ERROR) sy_http_respond_error(r, 500, "generation_failed", NULL, "%s", ev->message);
-            else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))
-                sy_http_respond_error(r, 503, "server_stopping", NULL, "the server is shutting down");
+            int status;
+            char msg[1024];
+            if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg))
+                sy_http_respond_error(r, status, status == 500 ? "generation_failed" : "server_stopping", NULL, "%s",
+                                      msg);
             else sy_http_respond_json(r, 200, infill_final(q, text.data ? text.data : "", ev));
             sy_api_event_free(ev);
             break;

@@ -333,13 +333,11 @@ static void ndjson_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy
         if (ev->text_len > 0) ndjson_line(out, reply_object(q, ev->text, false));
         return;
     }
-    if (ev->type == SY_GEN_EVENT_ERROR ||
-        (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))) {
-        const char *msg = ev->type == SY_GEN_EVENT_ERROR ? ev->message : "the server is shutting down";
-        char safe[1024];
-        sy_utf8_sanitize(safe, sizeof safe, msg, strlen(msg));
+    int status;
+    char msg[1024];
+    if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "error", safe);
+        cJSON_AddStringToObject(o, "error", msg);
         ndjson_line(out, o);
         return;
     }
@@ -366,10 +364,10 @@ static void respond_collected(sy_http_request *r, ollama_request *q, sy_api_gen 
             sy_api_event_free(ev);
             continue;
         }
-        if (ev->type == SY_GEN_EVENT_ERROR) {
-            sy_http_respond_error(r, 500, NULL, NULL, "%s", ev->message);
-        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
-            sy_http_respond_error(r, 503, NULL, NULL, "the server is shutting down");
+        int status;
+        char msg[1024];
+        if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
+            sy_http_respond_error(r, status, NULL, NULL, "%s", msg);
         } else {
             cJSON *o;
             if (q->chat && q->out.started) {

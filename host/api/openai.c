@@ -432,10 +432,10 @@ static void respond_collected(sy_http_request *r, openai_request *q, sy_api_gen 
             sy_api_event_free(ev);
             continue;
         }
-        if (ev->type == SY_GEN_EVENT_ERROR) {
-            sy_http_respond_error(r, 500, "generation_failed", NULL, "%s", ev->message);
-        } else if (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g)) {
-            sy_http_respond_error(r, 503, "server_stopping", NULL, "the server is shutting down");
+        int status;
+        char msg[1024];
+        if (sy_api_gen_failed(g, ev, &status, msg, sizeof msg)) {
+            sy_http_respond_error(r, status, status == 500 ? "generation_failed" : "server_stopping", NULL, "%s", msg);
         } else {
             cJSON *o = envelope(q, false);
             cJSON *choices = cJSON_AddArrayToObject(o, "choices");

@@ -580,6 +580,54 @@ def t_shutdown_mid_stream(srv):
     check(time.time() - t0 < 10, "stopping took more than 10 s")
 
 
+def t_stop_fails_every_api(_main):
+    """A stop mid-generation ends each API's answer with that API's own error (a server of its own): the
+    Ollama NDJSON stream with an error line, the Anthropic stream with an overloaded_error event, and the
+    collected answers of the OpenAI, Ollama and Anthropic APIs with 503."""
+    srv = Server("stop-apis", f"[model.slow]\nplugin = test-engine\npath = {os.path.join(FIXTURES, 'alpha.model')}\n"
+                 "parallel = 8\nengine.delay_us = 50000\nengine.eos_one_in = 0\n")
+    say = [{"role": "user", "content": "Bye"}]
+    streams = {"ollama": ("/api/generate", {"model": "slow", "prompt": "Bye", "options": {"num_predict": 400}}),
+               "anthropic": ("/v1/messages", {"model": "slow", "max_tokens": 400, "messages": say, "stream": True})}
+    collected = {"openai": ("/v1/chat/completions", {"model": "slow", "max_tokens": 400, "messages": say}),
+                 "ollama": ("/api/chat", {"model": "slow", "messages": say, "stream": False,
+                                          "options": {"num_predict": 400}}),
+                 "anthropic": ("/v1/messages", {"model": "slow", "max_tokens": 400, "messages": say})}
+    try:
+        opened = {}
+        for api, (path, body) in streams.items():
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            check(resp.status == 200, f"{api} stream: status {resp.status}")
+            check(resp.readline(), f"{api} stream: no first line")
+            opened[api] = (conn, resp)
+        answers = {}
+
+        def ask(api, path, body):
+            answers[api] = srv.json("POST", path, body, timeout=30)
+
+        askers = [threading.Thread(target=ask, args=(api, *req)) for api, req in collected.items()]
+        for t in askers:
+            t.start()
+        time.sleep(0.5)  # every generation has started: each is one slot of eight
+        srv.send(signal.SIGTERM)
+        for t in askers:
+            t.join(30)
+        tails = {api: resp.read().decode("utf-8", "replace") for api, (_, resp) in opened.items()}
+        for conn, _ in opened.values():
+            conn.close()
+    finally:
+        srv.stop()
+    last = json.loads(tails["ollama"].strip().split("\n")[-1])
+    check(last.get("error") == "the server is shutting down", f"Ollama's stream ended with {last}")
+    check("event: error\n" in tails["anthropic"] and '"overloaded_error"' in tails["anthropic"]
+          and "the server is shutting down" in tails["anthropic"], f"Anthropic's stream: {tails['anthropic'][-300:]!r}")
+    for api in collected:
+        status, body = answers.get(api, (None, None))
+        check(status == 503 and "the server is shutting down" in json.dumps(body), f"{api} collected: {status} {body}")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # API keys, SIGHUP and --watch-config reloads (a server of its own).
 
@@ -853,7 +901,8 @@ def t_chat_templates(srv):
 TESTS = [t_health_and_cors, t_errors, t_openai_chat, t_openai_completions, t_openai_models, t_structured,
          t_chat_templates,
          t_speculative, t_ollama,
-         t_ollama_keep_alive, t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload, t_shutdown_mid_stream]
+         t_ollama_keep_alive, t_management, t_swap, t_disconnect_cancels, t_api_keys_and_reload,
+         t_stop_fails_every_api, t_shutdown_mid_stream]
 
 
 def main():
