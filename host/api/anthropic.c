@@ -370,11 +370,9 @@ static cJSON *usage_json(const anthropic_request *q, const sy_api_event *ev, boo
 /* ---- streaming ------------------------------------------------------------------------------------------- */
 
 static void sse_event(sy_buf *out, const char *name, cJSON *json) {
-    char *text = cJSON_PrintUnformatted(json);
-    cJSON_Delete(json);
-    if (text == NULL) return;
-    sy_buf_printf(out, "event: %s\ndata: %s\n\n", name, text);
-    cJSON_free(text);
+    char before[64]; /* the names are Anthropic's event types: message_start, content_block_delta... */
+    snprintf(before, sizeof before, "event: %s\ndata: ", name);
+    sy_api_stream_json(out, before, json, "\n\n");
 }
 
 static void close_block(anthropic_request *q) {

@@ -319,3 +319,13 @@ int sy_api_respond_stream(sy_http_request *r, const char *content_type, sy_api_g
     sy_buf_init(&s->out);
     return sy_http_respond_stream(r, content_type, stream_read, s, stream_free);
 }
+
+void sy_api_stream_json(sy_buf *out, const char *before, cJSON *json, const char *after) {
+    char *text = cJSON_PrintUnformatted(json);
+    cJSON_Delete(json);
+    if (text == NULL) return;
+    sy_buf_puts(out, before);
+    sy_buf_puts(out, text);
+    sy_buf_puts(out, after);
+    cJSON_free(text);
+}

@@ -66,5 +66,8 @@ typedef struct sy_api_stream_ops {
 } sy_api_stream_ops;
 int sy_api_respond_stream(sy_http_request *r, const char *content_type, sy_api_gen *g,
                           const sy_api_stream_ops *ops, void *state);
+/* One event of a stream appended to OUT: BEFORE, JSON on one line, AFTER ("data: " and "\n\n" for server-sent
+ * events, "" and "\n" for NDJSON). Takes JSON (deleted here); appends nothing when it cannot be printed. */
+void sy_api_stream_json(sy_buf *out, const char *before, cJSON *json, const char *after);
 
 #endif

@@ -300,15 +300,7 @@ static cJSON *infill_final(const infill_request *q, const char *content, const s
     return o;
 }
 
-static void infill_sse(sy_buf *out, cJSON *o) {
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (text == NULL) return;
-    sy_buf_puts(out, "data: ");
-    sy_buf_puts(out, text);
-    sy_buf_puts(out, "\n\n");
-    cJSON_free(text);
-}
+static void infill_sse(sy_buf *out, cJSON *o) { sy_api_stream_json(out, "data: ", o, "\n\n"); }
 
 static void infill_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
     infill_request *q = state;

@@ -308,14 +308,7 @@ static void add_final_fields(const ollama_request *q, cJSON *o, const sy_api_eve
     cJSON_AddNumberToObject(o, "eval_duration", to_ns(ev->usage.generation_seconds));
 }
 
-static void ndjson_line(sy_buf *out, cJSON *json) {
-    char *text = cJSON_PrintUnformatted(json);
-    cJSON_Delete(json);
-    if (text == NULL) return;
-    sy_buf_puts(out, text);
-    sy_buf_puts(out, "\n");
-    cJSON_free(text);
-}
+static void ndjson_line(sy_buf *out, cJSON *json) { sy_api_stream_json(out, "", json, "\n"); }
 
 static void ndjson_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
     ollama_request *q = state;
