@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -104,7 +105,11 @@ static bool check_file(const char *type, const cJSON *rec, const int32_t *tokens
         if (sy_quantize_main(7, argv) != 0) fail_msg("switchyard quantize %s: failed", type);
         unlink(f16);
     }
-    const char *want = cJSON_GetObjectItem(rec, "tensor_hash")->valuestring;
+    const cJSON *hash_rec = cJSON_GetObjectItem(rec, "tensor_hash");
+    const cJSON *margins = cJSON_GetObjectItem(rec, "margin");
+    if (!cJSON_IsString(hash_rec) || !cJSON_IsArray(cJSON_GetObjectItem(rec, "top1")) || !cJSON_IsArray(margins))
+        fail_msg("%s: the fixture's record lacks tensor_hash, top1 or margin", type);
+    const char *want = hash_rec->valuestring;
     if (strcmp(gt_tensor_hash(path, hash), want) != 0)
         fail_msg("%s: the rebuilt file's tensors hash to %s, llama.cpp's to %s", type, hash, want);
 
@@ -124,7 +129,6 @@ static bool check_file(const char *type, const cJSON *rec, const int32_t *tokens
 
     size_t n_top1, n_margin;
     int32_t *top1 = gt_json_ints(cJSON_GetObjectItem(rec, "top1"), &n_top1);
-    const cJSON *margins = cJSON_GetObjectItem(rec, "margin");
     n_margin = (size_t)cJSON_GetArraySize(margins);
     assert_int_equal(n_top1, n_tokens);
     assert_int_equal(n_margin, n_tokens);
