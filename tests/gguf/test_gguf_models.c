@@ -29,6 +29,7 @@
 #include "sy_kernels.h"
 
 #include "gguf_engine_util.h"
+#include "gguf_tiny_model.h"
 
 static cJSON *fixture;
 static gt_engine engine;
@@ -43,82 +44,6 @@ static int teardown(void **state) {
     (void)state;
     gt_suite_teardown(fixture, tmpdir, &engine);
     return 0;
-}
-
-/* FNV-1a 64 over each tensor's name, NUL, type, n_dims, dims and data, in file order (as the oracle hashes). */
-static char *tensor_hash(const char *path, char out[17]) {
-    char err[512];
-    sy_gguf *g = sy_gguf_open(path, err, sizeof err);
-    if (g == NULL) fail_msg("%s", err);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < sy_gguf_tensor_count(g); i++) {
-        const sy_gguf_tensor *t = sy_gguf_tensor_at(g, i);
-        uint8_t head[8 + 8 * SY_GGUF_MAX_DIMS];
-        size_t n = 0;
-        for (int b = 0; b < 4; b++) head[n++] = (uint8_t)(t->type >> (8 * b));
-        for (int b = 0; b < 4; b++) head[n++] = (uint8_t)(t->n_dims >> (8 * b));
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            for (int b = 0; b < 8; b++) head[n++] = (uint8_t)(t->dims[d] >> (8 * b));
-        const uint8_t *name = (const uint8_t *)t->name;
-        for (size_t k = 0; k <= strlen(t->name); k++) h = (h ^ name[k]) * 0x100000001b3ull; /* NUL included */
-        for (size_t k = 0; k < n; k++) h = (h ^ head[k]) * 0x100000001b3ull;
-        const uint8_t *p = t->data;
-        for (uint64_t k = 0; k < t->n_bytes; k++) h = (h ^ p[k]) * 0x100000001b3ull;
-    }
-    sy_gguf_close(g);
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-    return out;
-}
-
-/* The F16 model: the committed metadata, then the generator's tensors (see the oracle's docstring). */
-static void build_f16(const char *arch, const cJSON *model, const char *path) {
-    char meta_rel[128], meta[1024], err[512];
-    snprintf(meta_rel, sizeof meta_rel, "tests/fixtures/gguf/tiny-%s-meta.gguf", arch);
-    sy_gguf *g = sy_gguf_open(gt_source_path(meta, sizeof meta, meta_rel), err, sizeof err);
-    if (g == NULL) fail_msg("%s", err);
-    sy_gguf_writer *w = sy_gguf_writer_new(err, sizeof err);
-    assert_non_null(w);
-    for (uint64_t i = 0; i < sy_gguf_kv_count(g); i++)
-        if (!sy_gguf_writer_copy_kv(w, g, i, err, sizeof err)) fail_msg("%s", err);
-    sy_gguf_close(g);
-    const cJSON *tensors = cJSON_GetObjectItem(model, "tensors");
-    for (const cJSON *t = tensors->child; t; t = t->next) {
-        uint64_t dims[4];
-        uint32_t nd = 0;
-        for (const cJSON *d = cJSON_GetObjectItem(t, "dims")->child; d && nd < 4; d = d->next)
-            dims[nd++] = (uint64_t)d->valuedouble;
-        bool matrix = strcmp(cJSON_GetObjectItem(t, "kind")->valuestring, "matrix") == 0;
-        if (!sy_gguf_writer_add_tensor(w, cJSON_GetObjectItem(t, "name")->valuestring,
-                                       matrix ? SY_DTYPE_F16 : SY_DTYPE_F32, nd, dims, err, sizeof err))
-            fail_msg("%s", err);
-    }
-    if (!sy_gguf_writer_open(w, path, err, sizeof err)) fail_msg("%s", err);
-    uint64_t state = (uint64_t)cJSON_GetObjectItem(model, "seed")->valuedouble;
-    for (const cJSON *t = tensors->child; t; t = t->next) {
-        size_t n = 1;
-        for (const cJSON *d = cJSON_GetObjectItem(t, "dims")->child; d; d = d->next) n *= (size_t)d->valuedouble;
-        const char *kind = cJSON_GetObjectItem(t, "kind")->valuestring;
-        int shift = (int)cJSON_GetObjectItem(t, "shift")->valuedouble;
-        bool matrix = strcmp(kind, "matrix") == 0;
-        uint8_t *buf = gt_xmalloc(n * (matrix ? 2 : 4));
-        for (size_t i = 0; i < n; i++) {
-            uint64_t u = gt_splitmix64(&state) >> 40;
-            if (matrix) {
-                float v = (float)((int)(u % 4095) - 2047) * ldexpf(1.0f, -(shift + 6));
-                uint16_t h = sy_f32_to_f16(v);
-                buf[2 * i] = (uint8_t)h;
-                buf[2 * i + 1] = (uint8_t)(h >> 8);
-            } else {
-                float v = (float)((int)(u % 257) - 128) / 1024.0f;
-                if (strcmp(kind, "norm") == 0) v += 1.0f;
-                memcpy(buf + 4 * i, &v, 4);
-            }
-        }
-        if (!sy_gguf_writer_write(w, buf, n * (matrix ? 2 : 4), err, sizeof err)) fail_msg("%s", err);
-        free(buf);
-    }
-    if (!sy_gguf_writer_commit(w, err, sizeof err)) fail_msg("%s", err);
-    sy_gguf_writer_free(w);
 }
 
 static void run_quantize(const char *in, const char *out, const char *type) {
@@ -142,9 +67,9 @@ static void check_arch(const char *arch) {
     const cJSON *files = cJSON_GetObjectItem(model, "files");
     char f16[512], hash[17];
     snprintf(f16, sizeof f16, "%s/tiny-%s-F16.gguf", tmpdir, arch);
-    build_f16(arch, model, f16);
+    gt_build_tiny(arch, model, f16, SY_DTYPE_F16);
     const cJSON *f16_rec = cJSON_GetObjectItem(files, "F16");
-    assert_string_equal(tensor_hash(f16, hash), cJSON_GetObjectItem(f16_rec, "tensor_hash")->valuestring);
+    assert_string_equal(gt_tensor_hash(f16, hash), cJSON_GetObjectItem(f16_rec, "tensor_hash")->valuestring);
     static const char *const types[] = {"F16", "F32", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const cJSON *rec = cJSON_GetObjectItem(files, types[i]);
@@ -153,7 +78,7 @@ static void check_arch(const char *arch) {
         if (i > 0) {
             run_quantize(f16, path, types[i]);
             const char *want = cJSON_GetObjectItem(rec, "tensor_hash")->valuestring;
-            if (strcmp(tensor_hash(path, hash), want) != 0)
+            if (strcmp(gt_tensor_hash(path, hash), want) != 0)
                 fail_msg("%s %s: switchyard quantize's tensors hash to %s, llama.cpp's to %s", arch, types[i], hash,
                          want);
         }

@@ -40,8 +40,6 @@ import tempfile
 
 import numpy as np
 import gguf
-import llama_cpp
-from llama_cpp import Llama
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZER_DIR = os.path.join(ROOT, "tests/fixtures/hf/qwen2-tied-f32")
@@ -195,6 +193,7 @@ def tensor_hash(path):
 
 
 def llama_quantize(src, dst, ftype):
+    import llama_cpp  # imported here: kquant_fixtures.py uses the generator without llama-cpp-python
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
     p.nthread = 2
@@ -209,6 +208,7 @@ def margins_of(scores):
 
 
 def run_model(path):
+    from llama_cpp import Llama
     llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False)
     out = []
     for text in PROMPTS:
@@ -238,6 +238,7 @@ def main():
     ap.add_argument("--out-dir", default=OUT_DIR)
     ap.add_argument("--only", choices=list(ARCHS))
     args = ap.parse_args()
+    import llama_cpp
     fixture_path = os.path.join(args.out_dir, "tiny-models.json")
     doc = {"format": 1, "oracle": f"llama-cpp-python {llama_cpp.__version__}", "n_greedy": N_GREEDY,
            "min_margin": MIN_MARGIN, "models": {}}
