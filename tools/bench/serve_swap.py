@@ -75,10 +75,14 @@ def run_switchyard(args, persist):
     try:
         for model in ("bench-a", "bench-b", "bench-a"):  # first loads of each are not counted
             ttft(srv.port, model)
-        swaps, loaded = [], []
+        swaps, loaded, repeats = [], [], []
         for i in range(args.swaps):
             model = ("bench-b", "bench-a")[i % 2]
             swaps.append(ttft(srv.port, model))
+            # No swap, the same cache state: the same prompt again on the model just loaded (the swap's own
+            # prefill without the swap), so swap minus this is what the swap itself costs.
+            if i % 3 == 1:
+                repeats.append(ttft(srv.port, model))
             # No swap: the model just loaded answers a prompt of the same length that shares no prefix.
             if i % 3 == 2:
                 loaded.append(ttft(srv.port, model, FRESH_PROMPTS[(i // 3) % len(FRESH_PROMPTS)]))
@@ -95,6 +99,7 @@ def run_switchyard(args, persist):
             "swap_ttft_median_s": sc.median(t), "swap_ttft_min_s": t[0], "swap_ttft_max_s": t[-1],
             "swap_ttft_p90_s": p90(t),
             "loaded_ttft_median_s": sc.median([x["ttft_s"] for x in loaded]),
+            "repeat_ttft_median_s": sc.median([x["ttft_s"] for x in repeats]), "repeats": repeats,
             "server_load_s_median": sc.median(loads) if loads else None,
             "server_unload_s_median": sc.median(unloads) if unloads else None,
             "prompt_tokens": swaps[0]["prompt_tokens"], "exit_status": rc}
@@ -271,7 +276,8 @@ def main():
                   f"{r['swap_ttft_p90_s'] * 1000:.1f}, max {r['swap_ttft_max_s'] * 1000:.1f}) over {len(r['swaps'])} "
                   f"swaps, {r['prompt_tokens']} prompt tokens, cached "
                   f"{sorted(set(x['cached_tokens'] for x in r['swaps']))}; no swap: "
-                  f"{r['loaded_ttft_median_s'] * 1000:.1f} ms; server log: load "
+                  f"{r['loaded_ttft_median_s'] * 1000:.1f} ms, same prompt again "
+                  f"{r['repeat_ttft_median_s'] * 1000:.1f} ms; server log: load "
                   f"{(r['server_load_s_median'] or 0) * 1000:.1f} ms, unload "
                   f"{(r['server_unload_s_median'] or 0) * 1000:.1f} ms, snapshot write (background) "
                   f"{(r['snapshot_write_s_median'] or 0) * 1000:.1f} ms, loads that waited for one "
@@ -281,12 +287,14 @@ def main():
         summary = {"rounds": rounds, "swap_ttft_median_s": sc.median(all_swaps),
                    "swap_ttft_p90_s": p90(all_swaps),
                    "loaded_ttft_median_s": sc.median([x["ttft_s"] for r in rounds for x in r["loaded"]]),
+                   "repeat_ttft_median_s": sc.median([x["ttft_s"] for r in rounds for x in r["repeats"]]),
                    "server_load_s_median": sc.median([r["server_load_s_median"] for r in rounds]),
                    "server_unload_s_median": sc.median([r["server_unload_s_median"] for r in rounds])}
         result["persist" if persist else "plain"] = summary
         print(f"persist_on_unload={str(persist).lower()}, all rounds: swap to first token median "
               f"{summary['swap_ttft_median_s'] * 1000:.1f} ms, p90 {summary['swap_ttft_p90_s'] * 1000:.1f} ms; no swap "
-              f"{summary['loaded_ttft_median_s'] * 1000:.1f} ms", flush=True)
+              f"{summary['loaded_ttft_median_s'] * 1000:.1f} ms, same prompt again {summary['repeat_ttft_median_s'] * 1000:.1f} ms",
+              flush=True)
     if llama_rounds:
         t = sorted(x["ttft_s"] for r in llama_rounds for x in r["swaps"])
         result["llama_server_restart"] = {"rounds": llama_rounds, "swap_ttft_median_s": sc.median(t),
