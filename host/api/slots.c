@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include "api/context.h"
 #include "api/lease.h"
-#include "api/slot_capture.h"
+#include "persist/snapshot_capture.h"
 #include "base/log.h"
 #include "persist/snapshot_store.h"
 #include "base/util.h"
@@ -64,7 +64,7 @@ typedef struct slot_job {
     const sy_loaded_model *lm;
     uint32_t slot;
     const char *path;
-    sy_slot_capture *capture; /* save: the slot's state, written to path off the engine loop */
+    sy_snapshot_capture *capture; /* save: the slot's state, written to path off the engine loop */
     int status;
     sy_slot_result res;
     char err[1024];
@@ -95,7 +95,7 @@ static void save_task(sy_scheduler *s, void *user) {
         return;
     }
     /* Only the copy happens here, on the engine loop; compressing and writing happen on the caller's thread. */
-    job->capture = sy_slot_capture_take(&key, job->lm->plugin->engine_state, job->lm->model, seq.seq, seq.tokens,
+    job->capture = sy_snapshot_capture_take(&key, job->lm->plugin->engine_state, job->lm->model, seq.seq, seq.tokens,
                                         seq.n_tokens, job->err, sizeof job->err);
     if (job->capture == NULL) {
         job->status = 500;
@@ -103,7 +103,7 @@ static void save_task(sy_scheduler *s, void *user) {
     }
     job->status = 200;
     job->res.n_tokens = seq.n_tokens;
-    job->res.bytes = sy_slot_capture_bytes(job->capture);
+    job->res.bytes = sy_snapshot_capture_bytes(job->capture);
 }
 
 static void restore_task(sy_scheduler *s, void *user) {
@@ -276,12 +276,12 @@ int sy_slot_save_with(sy_scheduler *s, const sy_loaded_model *lm, uint32_t slot,
     if (status == 200) {
         double t0 = sy_now_seconds();
         sy_snapshot_write_stats stats = {0};
-        sy_snapshot_error e = sy_slot_capture_write(job->capture, staged, &stats, err, err_size);
+        sy_snapshot_error e = sy_snapshot_capture_write(job->capture, staged, &stats, err, err_size);
         if (e != SY_SNAPSHOT_OK) status = e == SY_SNAPSHOT_ERR_ARGUMENT ? 400 : 500;
         res->bytes = stats.file_bytes;
         res->ms += (sy_now_seconds() - t0) * 1000.0;
     }
-    sy_slot_capture_free(job->capture);
+    sy_snapshot_capture_free(job->capture);
     free(job);
     if (status == 200 && opts->max_bytes > 0) {
         uint64_t used = folder_bytes(dir, opts->overwrite ? filename : NULL);

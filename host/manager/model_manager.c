@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/worker.h"
 #include "manager/process_model.h"
 #include "persist/snapshot_store.h"
 #include "engine/speculative.h"
@@ -122,6 +123,9 @@ struct sy_model_manager {
     bool resume, resume_no_host_cache;
     uint64_t resume_max_bytes; /* each model's snapshot folder; 0: the store's default */
     sy_preload_state preload_state; /* the start's preload (/health: readiness) */
+    /* What an unload need not wait for: its KV snapshot writes (tagged with the model's store folder) and, with no
+     * memory budget, the close of the model (unmapping, freeing). NULL: done in line. */
+    sy_worker *background;
 };
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -452,6 +456,21 @@ static void drafting_stop(mm_model *m); /* speculative decoding, below */
 
 /* Unloads a claimed model: the lock is released meanwhile. The caller must not use m afterwards (a retired
  * entry is freed). */
+typedef struct background_close {
+    sy_loaded_model lm;
+    char name[SY_CONFIG_MAX_NAME_LEN + 1];
+} background_close;
+
+static void close_task(void *arg) {
+    background_close *c = arg;
+    double t0 = seconds_now();
+    sy_loaded_model_close(&c->lm);
+    sy_log(SY_LOG_DEBUG, "model %s closed in the background in %.3f s", c->name, seconds_now() - t0);
+    free(c);
+}
+
+static void snapshot_write_task(void *arg) { sy_snapshot_batch_write(arg); }
+
 static void perform_unload(sy_model_manager *mm, mm_model *m) {
     /* The scheduler borrows m->lm, which stays intact until it is stopped; nobody else reads it meanwhile (no
      * leases, and a claimed unload is neither measured nor reported). */
@@ -463,18 +482,37 @@ static void perform_unload(sy_model_manager *mm, mm_model *m) {
     char *resume_path = (mm->destroying || m->persist_on_unload) ? dup_or_null(mm->resume_path) : NULL;
     bool keep_parked = !mm->resume_no_host_cache;
     uint64_t budget = mm->resume_max_bytes;
+    /* With a memory budget the model is closed here, so that the next load's room is real; without one its
+     * unmapping and freeing overlap the next load. */
+    bool close_in_background = mm->background != NULL && mm->max_memory == 0 && mm->max_device_memory == 0;
     m->ttl_override_set = false; /* a keep_alive lasts for one load */
     pthread_mutex_unlock(&mm->lock);
     double t0 = seconds_now();
     bool saved = false;
+    sy_snapshot_batch *batch = NULL;
     if (resume_path != NULL && sched != NULL) {
         sy_scheduler_stop(sched);
-        saved = sy_snapshot_persist_model(resume_path, name, &m->lm, sched, keep_parked, budget) > 0;
+        /* Only the copy out of the engine happens here; compressing, writing and syncing happen on the worker. */
+        batch = sy_snapshot_capture_model(resume_path, name, &m->lm, sched, keep_parked, budget);
+        saved = batch != NULL;
     }
     free(resume_path);
     sy_scheduler_destroy(sched);
     drafting_stop(m);
-    sy_loaded_model_close(&m->lm);
+    if (close_in_background && m->lm.model != NULL) {
+        background_close *c = sy_xcalloc(1, sizeof *c);
+        c->lm = m->lm;
+        snprintf(c->name, sizeof c->name, "%s", name);
+        memset(&m->lm, 0, sizeof m->lm);
+        sy_worker_submit(mm->background, NULL, close_task, c);
+    } else {
+        sy_loaded_model_close(&m->lm);
+    }
+    if (batch != NULL) {
+        /* Queued after the close, so memory goes first; tagged, so the model's next load waits for its files. */
+        if (mm->background != NULL) sy_worker_submit(mm->background, sy_snapshot_batch_dir(batch), snapshot_write_task, batch);
+        else sy_snapshot_batch_write(batch);
+    }
     sy_process_stop(m->proc); /* its requests are over: no lease is left */
     m->proc = NULL;
     sy_log(SY_LOG_INFO, "model %s unloaded in %.3f s", name, seconds_now() - t0);
@@ -668,11 +706,13 @@ sy_model_manager *sy_model_manager_create(const sy_config *cfg, const sy_plugin_
     mm->preload_state = SY_PRELOAD_DONE;
     for (size_t i = 0; i < cfg->n_models; i++)
         if (cfg->models[i].preload) mm->preload_state = SY_PRELOAD_PENDING;
+    mm->background = sy_worker_create();
     return mm;
 }
 
 void sy_model_manager_destroy(sy_model_manager *mm) {
     if (mm == NULL) return;
+    sy_worker_hold(mm->background, false); /* a test's hold must not keep the shutdown's writes waiting */
     pthread_mutex_lock(&mm->lock);
     mm->destroying = true;
     pthread_cond_broadcast(&mm->changed);
@@ -689,6 +729,7 @@ void sy_model_manager_destroy(sy_model_manager *mm) {
     for (size_t i = 0; i < mm->n_models; i++) model_free(mm->models[i]);
     for (size_t i = 0; i < mm->n_retired; i++) model_free(mm->retired[i]);
     pthread_mutex_unlock(&mm->lock);
+    sy_worker_destroy(mm->background); /* every snapshot written, every model closed */
     free(mm->models);
     free(mm->retired);
     groups_free(mm->groups, mm->n_groups);
@@ -895,6 +936,16 @@ static int load_model(sy_model_manager *mm, mm_model *m, char *err, size_t err_s
             sy_loaded_model_close(&m->lm);
             rc = -1;
         } else if (resume_path != NULL) {
+            /* Snapshots of its last unload may still be on their way to disk: they are read once written (the
+             * model's files were opened meanwhile, so the wait overlaps the load). */
+            char *dir = sy_snapshot_model_dir(resume_path, m->name);
+            double t_wait = seconds_now();
+            if (sy_worker_has_tag(mm->background, dir)) {
+                sy_worker_wait_tag(mm->background, dir);
+                sy_log(SY_LOG_INFO, "model %s: waited %.3f s for the KV snapshots of its last unload to be written",
+                       m->name, seconds_now() - t_wait);
+            }
+            free(dir);
             /* Before the model reports ready: no request has reached the scheduler yet. */
             sy_snapshot_resume_model(resume_path, m->name, &m->lm, sched, into_host_cache, budget);
         }
@@ -1183,8 +1234,13 @@ int sy_model_manager_unload(sy_model_manager *mm, const char *name_or_alias) {
     pthread_cond_broadcast(&mm->changed);
     pthread_mutex_unlock(&mm->lock);
     free(targets);
+    /* An explicit unload (/unload, destroy) ends with its snapshots on disk and its memory returned; a swap's or a
+     * ttl's does not wait. */
+    if (unloaded > 0) sy_worker_wait_idle(mm->background);
     return unloaded;
 }
+
+void sy_model_manager_hold_background(sy_model_manager *mm, bool hold) { sy_worker_hold(mm->background, hold); }
 
 void sy_model_manager_tick(sy_model_manager *mm) {
     if (mm == NULL) return;

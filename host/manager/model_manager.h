@@ -70,8 +70,10 @@ bool sy_model_lease_upstream_failed(sy_model_lease *lease);
  * `name` is not a selector. The choice is advice: the caller acquires that model as usual. */
 int sy_model_manager_resolve(sy_model_manager *mm, const char *name, char *out, size_t out_size);
 
-/* Unload one model (by name or alias) or, with NULL, all. In-flight requests finish first. Returns the number
- * of models unloaded, or -1 if the name is unknown. */
+/* Unload one model (by name or alias) or, with NULL, all. In-flight requests finish first, and it returns once
+ * the unloads' KV snapshots are written. Returns the number of models unloaded, or -1 if the name is unknown.
+ * (The unloads of swaps and ttls do not wait: their snapshots are written by a background worker while the next
+ * model loads, and a model's next load waits for its own.) */
 int sy_model_manager_unload(sy_model_manager *mm, const char *name_or_alias);
 
 /* Apply a new config: removed models are unloaded (after their requests), changed ones (plugin, path or
@@ -127,6 +129,10 @@ typedef struct sy_model_manager_counters {
     double load_seconds_total;
 } sy_model_manager_counters;
 void sy_model_manager_get_counters(sy_model_manager *mm, sy_model_manager_counters *out);
+
+/* For tests: while held, the background worker (KV snapshot writes, closes of unloaded models) starts nothing,
+ * so a test can keep a snapshot write in flight. */
+void sy_model_manager_hold_background(sy_model_manager *mm, bool hold);
 
 /* True while any model is loading (for /health: 503 then). */
 bool sy_model_manager_loading(sy_model_manager *mm);

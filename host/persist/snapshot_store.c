@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "persist/snapshot_capture.h"
 
 /* ------------------------------------------------------------------------------------------------------------
  * Counters */
@@ -352,14 +353,23 @@ static int by_last_used(const void *pa, const void *pb) {
     return a->slot - b->slot;
 }
 
-int sy_snapshot_persist_model(const char *resume_path, const char *model_name, const sy_loaded_model *lm,
-                              sy_scheduler *sched, bool include_parked, uint64_t budget_bytes) {
-    if (resume_path == NULL || model_name == NULL || lm == NULL || sched == NULL) return 0;
+/* A model's warm sequences, copied out of the engine, waiting to be written (see snapshot_store.h). */
+struct sy_snapshot_batch {
+    char *model_name, *dir;
+    uint64_t budget;
+    sy_snapshot_capture **captures; /* oldest first: the most recently used gets the newest file time */
+    size_t n;
+};
+
+sy_snapshot_batch *sy_snapshot_capture_model(const char *resume_path, const char *model_name,
+                                             const sy_loaded_model *lm, sy_scheduler *sched, bool include_parked,
+                                             uint64_t budget_bytes) {
+    if (resume_path == NULL || model_name == NULL || lm == NULL || sched == NULL) return NULL;
     sy_snapshot_key key;
     char err[1024];
     if (sy_snapshot_model_key(lm, &key, err, sizeof err) != 0) {
         sy_log(SY_LOG_DEBUG, "model %s: no KV snapshot: %s", model_name, err);
-        return 0;
+        return NULL;
     }
     /* Gather what is warm: the slots, then the parked sequences. */
     uint32_t n_slots = sy_scheduler_slot_count(sched);
@@ -376,9 +386,8 @@ int sy_snapshot_persist_model(const char *resume_path, const char *model_name, c
     }
     if (n == 0) {
         free(seqs);
-        return 0;
+        return NULL;
     }
-    /* Oldest first, so that the most recently used gets the newest file time (the store's LRU order). */
     qsort(seqs, n, sizeof *seqs, by_last_used);
     bool *skip = sy_xcalloc(n, sizeof *skip);
     for (size_t i = 0; i < n; i++)
@@ -386,22 +395,11 @@ int sy_snapshot_persist_model(const char *resume_path, const char *model_name, c
             if (i != j && !skip[j] && is_prefix_of(seqs[i].tokens, seqs[i].n_tokens, seqs[j].tokens, seqs[j].n_tokens) &&
                 (seqs[i].n_tokens < seqs[j].n_tokens || i < j))
                 skip[i] = true; /* another one begins with all of it */
-
-    char *dir = sy_snapshot_model_dir(resume_path, model_name);
-    sy_snapshot_store *st = sy_snapshot_store_open(dir, budget_bytes, err, sizeof err);
-    if (st == NULL) {
-        sy_log(SY_LOG_WARN, "model %s: KV snapshots not saved: %s", model_name, err);
-        atomic_fetch_add(&count_write_failures, 1);
-        free(dir);
-        free(skip);
-        free(seqs);
-        return 0;
-    }
-    double t0 = sy_now_seconds();
-    int saved = 0, unchanged = 0;
-    uint64_t tokens_saved = 0;
-    sy_snapshot_write_stats total = {0};
-    char **written = sy_xcalloc(n, sizeof *written);
+    sy_snapshot_batch *b = sy_xcalloc(1, sizeof *b);
+    b->model_name = sy_strdup(model_name);
+    b->dir = sy_snapshot_model_dir(resume_path, model_name);
+    b->budget = budget_bytes;
+    b->captures = sy_xcalloc(n, sizeof *b->captures);
     for (size_t i = 0; i < n; i++) {
         if (skip[i]) continue;
         if (lm->engine->seq_length(lm->model, seqs[i].seq) != seqs[i].n_tokens) {
@@ -410,29 +408,91 @@ int sy_snapshot_persist_model(const char *resume_path, const char *model_name, c
                    (unsigned)seqs[i].n_tokens);
             continue;
         }
+        sy_snapshot_capture *c = sy_snapshot_capture_take(&key, lm->plugin->engine_state, lm->model, seqs[i].seq,
+                                                          seqs[i].tokens, seqs[i].n_tokens, err, sizeof err);
+        if (c == NULL) {
+            sy_log(SY_LOG_WARN, "model %s: KV snapshot of %u tokens not saved (engine): %s", model_name,
+                   (unsigned)seqs[i].n_tokens, err);
+            atomic_fetch_add(&count_write_failures, 1);
+            continue;
+        }
+        b->captures[b->n++] = c;
+    }
+    free(skip);
+    free(seqs);
+    if (b->n == 0) {
+        sy_snapshot_batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+size_t sy_snapshot_batch_count(const sy_snapshot_batch *b) { return b != NULL ? b->n : 0; }
+const char *sy_snapshot_batch_dir(const sy_snapshot_batch *b) { return b->dir; }
+
+uint64_t sy_snapshot_batch_bytes(const sy_snapshot_batch *b) {
+    uint64_t total = 0;
+    for (size_t i = 0; b != NULL && i < b->n; i++) total += sy_snapshot_capture_bytes(b->captures[i]);
+    return total;
+}
+
+void sy_snapshot_batch_free(sy_snapshot_batch *b) {
+    if (b == NULL) return;
+    for (size_t i = 0; i < b->n; i++) sy_snapshot_capture_free(b->captures[i]);
+    free(b->captures);
+    free(b->model_name);
+    free(b->dir);
+    free(b);
+}
+
+int sy_snapshot_batch_write(sy_snapshot_batch *b) {
+    if (b == NULL) return 0;
+    const char *model_name = b->model_name, *dir = b->dir;
+    char err[1024];
+    sy_snapshot_store *st = sy_snapshot_store_open(dir, b->budget, err, sizeof err);
+    if (st == NULL) {
+        sy_log(SY_LOG_WARN, "model %s: KV snapshots not saved: %s", model_name, err);
+        atomic_fetch_add(&count_write_failures, 1);
+        sy_snapshot_batch_free(b);
+        return 0;
+    }
+    double t0 = sy_now_seconds();
+    int saved = 0, unchanged = 0;
+    uint64_t tokens_saved = 0;
+    sy_snapshot_write_stats total = {0};
+    size_t n = b->n;
+    char **written = sy_xcalloc(n, sizeof *written);
+    for (size_t i = 0; i < n; i++) {
+        const sy_snapshot_capture *c = b->captures[i];
+        const sy_snapshot_key *key = sy_snapshot_capture_key(c);
+        uint32_t n_tokens = 0;
+        const int32_t *tokens = sy_snapshot_capture_tokens(c, &n_tokens);
         char name[32];
-        sy_snapshot_store_name(seqs[i].tokens, seqs[i].n_tokens, name);
+        sy_snapshot_store_name(tokens, n_tokens, name);
         char *path = sy_path_join(dir, name);
-        if (already_saved(path, &key, seqs[i].tokens, seqs[i].n_tokens)) {
+        if (already_saved(path, key, tokens, n_tokens)) {
             stamp_now(path); /* used again: newest in the LRU order */
             written[i] = path;
             saved++;
             unchanged++;
-            tokens_saved += seqs[i].n_tokens;
+            tokens_saved += n_tokens;
             continue;
         }
         free(path);
+        sy_engine_state_api replay;
+        sy_model *model;
+        const sy_seq *seq;
+        sy_snapshot_capture_replay(c, &replay, &model, &seq);
         sy_snapshot_write_stats stats = {0};
-        sy_snapshot_error e = sy_snapshot_store_save(st, &key, lm->plugin->engine_state, lm->model, seqs[i].seq,
-                                                     seqs[i].tokens, seqs[i].n_tokens, &written[i], &stats, err,
-                                                     sizeof err);
+        sy_snapshot_error e = sy_snapshot_store_save(st, key, &replay, model, seq, tokens, n_tokens, &written[i],
+                                                     &stats, err, sizeof err);
         if (e != SY_SNAPSHOT_OK) {
             sy_log(SY_LOG_WARN, "model %s: KV snapshot of %u tokens not saved (%s): %s", model_name,
-                   (unsigned)seqs[i].n_tokens, sy_snapshot_error_name(e), err);
+                   (unsigned)n_tokens, sy_snapshot_error_name(e), err);
             continue;
         }
         saved++;
-        tokens_saved += seqs[i].n_tokens;
+        tokens_saved += n_tokens;
         total.raw_bytes += stats.raw_bytes;
         total.file_bytes += stats.file_bytes;
     }
@@ -448,9 +508,14 @@ int sy_snapshot_persist_model(const char *resume_path, const char *model_name, c
         uint32_t have = 0;
         const int32_t *ledger = sy_snapshot_tokens(snap, &have);
         bool superseded = false;
-        if (sy_snapshot_key_check(sy_snapshot_get_key(snap), &key, err, sizeof err) == SY_SNAPSHOT_OK)
-            for (size_t i = 0; i < n && !superseded; i++)
-                superseded = written[i] != NULL && is_prefix_of(ledger, have, seqs[i].tokens, seqs[i].n_tokens);
+        for (size_t i = 0; i < n && !superseded; i++) {
+            if (written[i] == NULL) continue;
+            uint32_t n_tokens = 0;
+            const int32_t *tokens = sy_snapshot_capture_tokens(b->captures[i], &n_tokens);
+            superseded = sy_snapshot_key_check(sy_snapshot_get_key(snap), sy_snapshot_capture_key(b->captures[i]),
+                                               err, sizeof err) == SY_SNAPSHOT_OK &&
+                         is_prefix_of(ledger, have, tokens, n_tokens);
+        }
         sy_snapshot_close(snap);
         if (superseded && unlink(files[f].path) == 0)
             sy_log(SY_LOG_DEBUG, "model %s: removed %s, superseded by a longer snapshot", model_name, files[f].path);
@@ -465,10 +530,14 @@ int sy_snapshot_persist_model(const char *resume_path, const char *model_name, c
     for (size_t i = 0; i < n; i++) free(written[i]);
     free(written);
     sy_snapshot_store_close(st);
-    free(dir);
-    free(skip);
-    free(seqs);
+    sy_snapshot_batch_free(b);
     return saved;
+}
+
+int sy_snapshot_persist_model(const char *resume_path, const char *model_name, const sy_loaded_model *lm,
+                              sy_scheduler *sched, bool include_parked, uint64_t budget_bytes) {
+    return sy_snapshot_batch_write(
+        sy_snapshot_capture_model(resume_path, model_name, lm, sched, include_parked, budget_bytes));
 }
 
 /* Token ledgers restored so far, to skip snapshots that only repeat a prefix of one of them. */

@@ -82,6 +82,22 @@ char *sy_snapshot_model_dir(const char *resume_path, const char *model_name);
 int sy_snapshot_persist_model(const char *resume_path, const char *model_name, const sy_loaded_model *lm,
                               sy_scheduler *sched, bool include_parked, uint64_t budget_bytes);
 
+/* The same in two halves, so that a swap waits only for the first: sy_snapshot_capture_model copies the warm
+ * sequences' state out of the engine (serial calls on the model; memory for the raw state bytes meanwhile) and
+ * returns them as a batch, or NULL when nothing is warm or the model keeps no state; sy_snapshot_batch_write then
+ * writes them anywhere, after the model is gone too, exactly as sy_snapshot_persist_model would (each file
+ * atomically: temp file, fsync, rename, so a failed or interrupted write leaves the older snapshot), and frees
+ * the batch. It returns the number saved. */
+typedef struct sy_snapshot_batch sy_snapshot_batch;
+sy_snapshot_batch *sy_snapshot_capture_model(const char *resume_path, const char *model_name,
+                                             const sy_loaded_model *lm, sy_scheduler *sched, bool include_parked,
+                                             uint64_t budget_bytes);
+size_t sy_snapshot_batch_count(const sy_snapshot_batch *b);
+uint64_t sy_snapshot_batch_bytes(const sy_snapshot_batch *b); /* raw state bytes held */
+const char *sy_snapshot_batch_dir(const sy_snapshot_batch *b); /* the model's store folder */
+int sy_snapshot_batch_write(sy_snapshot_batch *b);
+void sy_snapshot_batch_free(sy_snapshot_batch *b);
+
 /* Restore a model's snapshots into a scheduler that has not served anything yet: the most recently used first,
  * one per slot, then (into_host_cache) into the host prefix cache while it has room. A snapshot whose key,
  * version or checksum does not match is skipped with one log line naming the reason, and counted. Returns the

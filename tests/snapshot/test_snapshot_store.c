@@ -3,10 +3,16 @@
  * model manager saving warm slots at shutdown and swap and restoring them on load (a restarted server continues
  * exactly like a cold one, with the restored prefix counted in cached_tokens), also for a recurrent model;
  * damaged and foreign snapshots skipped with one log line and counted; the host prefix cache saved and restored;
- * and the slot API (save, erase, restore, list, file names, refusals).
+ * and the slot API (save, erase, restore, list, file names, refusals). The background writer of swaps: a swap
+ * goes on while the outgoing model's snapshot is still being written, the model requested again waits for that
+ * write and restores what it wrote, and a writer killed at any moment of a background write leaves the old or
+ * the new snapshot, whole, never a torn one.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -297,6 +303,140 @@ static void swap_keeps_kv_warm(void **state) {
         sy_model_manager_destroy(mm);
         free(resume);
     }
+    free(prompt);
+}
+
+
+/* ---- the background writer of swaps --------------------------------------------------------------------------- */
+
+typedef struct swap_back_run {
+    sy_model_manager *mm;
+    const int32_t *prompt;
+    sy_gen_usage usage;
+    atomic_bool done;
+} swap_back_run;
+
+static void *swap_back_thread(void *arg) {
+    swap_back_run *r = arg;
+    int32_t out[8];
+    generate(r->mm, "a", r->prompt, 400, 8, out, &r->usage);
+    atomic_store(&r->done, true);
+    return NULL;
+}
+
+static void swap_during_inflight_snapshot_write(void **state) {
+    (void)state;
+    int32_t *prompt = snap_make_tokens(93, 400);
+    int32_t out[8], other[8];
+    sy_gen_usage u;
+    char *resume = sy_path_join(env.dir, "resume-inflight");
+    char models[1024];
+    snprintf(models, sizeof models,
+             "[model.a]\nplugin = test-engine\npath = %s\n[model.b]\nplugin = test-engine\npath = %s\n", model_path,
+             other_path);
+    sy_model_manager *mm = manager(resume, false, models);
+    generate(mm, "a", prompt, 300, 8, out, &u);
+    /* The worker holds: a's snapshot is captured at the swap but stays unwritten, and b serves meanwhile. */
+    sy_model_manager_hold_background(mm, true);
+    generate(mm, "b", prompt, 10, 8, other, &u);
+    char *dir_a = sy_snapshot_model_dir(resume, "a");
+    assert_int_equal(snap_count_entries(dir_a, ""), 0); /* not even the folder's files: nothing written yet */
+    /* a again, while its write is in flight: its load waits for the write and then restores it. */
+    swap_back_run r = {mm, prompt, {0}, false};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, swap_back_thread, &r), 0);
+    sleep_ms(200);
+    assert_false(atomic_load(&r.done)); /* it waits, rather than loading a without its snapshot */
+    sy_model_manager_hold_background(mm, false);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(atomic_load(&r.done));
+    assert_int_equal(r.usage.cached_tokens, 300); /* what a wrote, restored: the prompt they share */
+    assert_int_equal(snap_count_entries(dir_a, ""), 1);
+    sy_model_manager_destroy(mm);
+    free(dir_a);
+    free(resume);
+    free(prompt);
+}
+
+/* Every snapshot listed in dir opens and every chunk's checksums hold; returns how many there are, the shortest
+ * and the longest ledger. */
+static size_t check_whole_snapshots(const char *dir, uint32_t *shortest, uint32_t *longest) {
+    char err[512];
+    sy_snapshot_store *st = sy_snapshot_store_open(dir, 0, err, sizeof err); /* removes the dead writer's temp */
+    assert_non_null(st);
+    sy_snapshot_file *files = NULL;
+    size_t n = sy_snapshot_store_list(st, &files);
+    *shortest = UINT32_MAX, *longest = 0;
+    for (size_t f = 0; f < n; f++) {
+        sy_snapshot *snap = NULL;
+        assert_int_equal(sy_snapshot_open_file(files[f].path, NULL, &snap, err, sizeof err), SY_SNAPSHOT_OK);
+        uint32_t n_ledger = 0;
+        sy_snapshot_tokens(snap, &n_ledger);
+        if (n_ledger < *shortest) *shortest = n_ledger;
+        if (n_ledger > *longest) *longest = n_ledger;
+        for (bool done = false; !done;) {
+            uint32_t begin, end;
+            const uint8_t *raw;
+            size_t len;
+            assert_int_equal(sy_snapshot_next_chunk(snap, &begin, &end, &raw, &len, &done, err, sizeof err),
+                             SY_SNAPSHOT_OK);
+        }
+        sy_snapshot_close(snap);
+    }
+    sy_snapshot_files_free(files, n);
+    sy_snapshot_store_close(st);
+    assert_int_equal(snap_count_entries(dir, "."), 0); /* the temp file of a killed write is gone */
+    return n;
+}
+
+static void background_write_killed_leaves_old_or_new(void **state) {
+    (void)state;
+    int32_t *prompt = snap_make_tokens(94, 3000);
+    char models[512];
+    snprintf(models, sizeof models, "[model.a]\nplugin = test-engine\npath = %s\n", model_path);
+    unsigned seed = 20261202;
+    size_t saw_old = 0, saw_new = 0;
+    for (int round = 0; round < 16; round++) {
+        char name[64];
+        snprintf(name, sizeof name, "resume-kill-%d", round);
+        char *resume = sy_path_join(env.dir, name);
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            close(ready[0]);
+            int32_t out[4];
+            sy_model_manager *mm = manager(resume, false, models);
+            generate(mm, "a", prompt, 1000, 4, out, NULL);
+            sy_model_manager_unload(mm, "a"); /* the old snapshot, on disk once this returns */
+            generate(mm, "a", prompt, 3000, 4, out, NULL);
+            ssize_t w = write(ready[1], "x", 1);
+            (void)w;
+            sy_model_manager_unload(mm, "a"); /* the new one, from the background writer, superseding the old */
+            _exit(0);
+        }
+        close(ready[1]);
+        char c;
+        assert_int_equal(read(ready[0], &c, 1), 1);
+        close(ready[0]);
+        sleep_ms((long)(rand_r(&seed) % 40u)); /* anywhere in the write, the rename, or the old one's removal */
+        kill(pid, SIGKILL);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        char *dir = sy_snapshot_model_dir(resume, "a");
+        uint32_t shortest, longest;
+        size_t n = check_whole_snapshots(dir, &shortest, &longest);
+        assert_true(n >= 1); /* never neither: the old one goes only after the new one is whole on disk */
+        assert_true(shortest >= 1000);
+        if (shortest < 3000) saw_old++;
+        if (longest >= 3000) saw_new++;
+        free(dir);
+        free(resume);
+    }
+    fprintf(stderr, "background writes killed: the old snapshot survived %zu times, the new one was whole %zu times\n",
+            saw_old, saw_new);
     free(prompt);
 }
 
@@ -650,6 +790,8 @@ int main(void) {
         cmocka_unit_test(restart_restores_warm_slots),
         cmocka_unit_test(restart_restores_recurrent),
         cmocka_unit_test(swap_keeps_kv_warm),
+        cmocka_unit_test(swap_during_inflight_snapshot_write),
+        cmocka_unit_test(background_write_killed_leaves_old_or_new),
         cmocka_unit_test(damaged_and_foreign_snapshots_skipped),
         cmocka_unit_test(host_cache_saved_and_restored),
         cmocka_unit_test(slot_filenames),

@@ -11,9 +11,13 @@ through llama.cpp's own convert_hf_to_gguf.py when one is found (--llama-cpp DIR
 llama-cpp-python source package, fetched with pip into a cache by --fetch-converter), otherwise with the `gguf`
 package's GGUFWriter directly (the same metadata keys and tensor names llama.cpp's converter writes for qwen2).
 
+Without torch (or with --numpy) the checkpoint is written with numpy alone: the same tensors, names and config,
+drawn as transformers' init draws them (normal, std 0.02; norms 1, biases 0) but from numpy's generator, so the
+values differ from the torch path's. `switchyard quantize OUT model-q8_0.gguf Q8_0` then makes GGUF files of it.
+
 Usage:
   python3 tools/oracle/make_bench_model.py --out models/bench-qwen2.5-0.5b [--gguf] [--fetch-converter]
-         [--layers N | --tiny] [--seed S]
+         [--layers N | --tiny] [--seed S] [--numpy]
 """
 
 import argparse
@@ -26,8 +30,12 @@ import sys
 import tarfile
 
 import numpy as np
-import torch
-import transformers
+
+try:  # --numpy needs neither (where no CPU torch wheel can be installed)
+    import torch
+    import transformers
+except ImportError:
+    torch = transformers = None
 
 DEFAULT_TOKENIZER_DIR = os.environ.get("SY_QWEN_TOKENIZER_DIR", "/work/shared/tokenizers/qwen3")
 CONVERTER_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "switchyard", "llama-cpp-python")
@@ -68,6 +76,71 @@ def build_checkpoint(out, layers, seed, tokenizer_dir, tiny=False):
         shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16)")
+
+
+def write_safetensors(path, tensors):
+    """A SafeTensors file from (name, dtype string, shape, bytes) tuples, in the order given."""
+    header, offset = {}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for _, _, _, data in tensors:
+            f.write(data)
+
+
+def build_checkpoint_numpy(out, layers, seed, tokenizer_dir, tiny=False):
+    """The checkpoint of build_checkpoint without torch: BF16 matrices drawn from N(0, 0.02), norms 1, biases 0."""
+    shape = dict(QWEN25_05B, **TINY) if tiny else dict(QWEN25_05B, num_hidden_layers=layers)
+    rng = np.random.default_rng(seed)
+    h, inter, n_head, n_kv = (shape["hidden_size"], shape["intermediate_size"], shape["num_attention_heads"],
+                              shape["num_key_value_heads"])
+    head_dim = h // n_head
+
+    def bf16(a):  # round to nearest even, as torch's conversion does
+        u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+
+    def normal(*dims):
+        return ("BF16", dims, bf16(rng.standard_normal(dims, dtype=np.float32) * 0.02))
+
+    def const(value, *dims):
+        return ("BF16", dims, bf16(np.full(dims, value, dtype=np.float32)))
+
+    tensors = [("model.embed_tokens.weight",) + normal(shape["vocab_size"], h)]
+    for i in range(shape["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors += [(p + "input_layernorm.weight",) + const(1.0, h),
+                    (p + "self_attn.q_proj.weight",) + normal(n_head * head_dim, h),
+                    (p + "self_attn.q_proj.bias",) + const(0.0, n_head * head_dim),
+                    (p + "self_attn.k_proj.weight",) + normal(n_kv * head_dim, h),
+                    (p + "self_attn.k_proj.bias",) + const(0.0, n_kv * head_dim),
+                    (p + "self_attn.v_proj.weight",) + normal(n_kv * head_dim, h),
+                    (p + "self_attn.v_proj.bias",) + const(0.0, n_kv * head_dim),
+                    (p + "self_attn.o_proj.weight",) + normal(h, n_head * head_dim),
+                    (p + "post_attention_layernorm.weight",) + const(1.0, h),
+                    (p + "mlp.gate_proj.weight",) + normal(inter, h),
+                    (p + "mlp.up_proj.weight",) + normal(inter, h),
+                    (p + "mlp.down_proj.weight",) + normal(h, inter)]
+    tensors.append(("model.norm.weight",) + const(1.0, h))
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    config = dict(shape, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+                  torch_dtype="bfloat16", head_dim=head_dim)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+                   "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+    n_params = sum(int(np.prod(t[2])) for t in tensors)
+    print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16, numpy)")
 
 
 # ---- GGUF through llama.cpp's converter ----
@@ -191,6 +264,7 @@ def main():
     ap.add_argument("--tiny", action="store_true",
                     help="2 layers of width 64 with the real vocabulary (for oracles, not benchmarks)")
     ap.add_argument("--tokenizer-dir", default=DEFAULT_TOKENIZER_DIR)
+    ap.add_argument("--numpy", action="store_true", help="write the checkpoint with numpy (the default without torch)")
     ap.add_argument("--gguf", action="store_true", help="also write OUT/model-f16.gguf")
     ap.add_argument("--llama-cpp", help="a llama.cpp checkout with convert_hf_to_gguf.py")
     ap.add_argument("--fetch-converter", action="store_true",
@@ -198,10 +272,13 @@ def main():
     ap.add_argument("--gguf-writer", action="store_true",
                     help="use the gguf package's writer even if a converter exists")
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    use_numpy = args.numpy or torch is None
+    if not use_numpy:
+        torch.set_num_threads(os.cpu_count() or 1)
 
     if not os.path.exists(os.path.join(args.out, "config.json")):
-        build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
+        build = build_checkpoint_numpy if use_numpy else build_checkpoint
+        build(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
     else:
         print(f"checkpoint: {args.out} exists, kept")
     if not args.gguf:
