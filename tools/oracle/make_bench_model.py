@@ -13,7 +13,11 @@ package's GGUFWriter directly (the same metadata keys and tensor names llama.cpp
 
 Usage:
   python3 tools/oracle/make_bench_model.py --out models/bench-qwen2.5-0.5b [--gguf] [--fetch-converter]
-         [--layers N | --tiny] [--seed S]
+         [--layers N | --tiny] [--seed S] [--numpy]
+
+--numpy (the default when torch or transformers is not installed) writes the checkpoint without them: the same
+tensor names, shapes and BF16 dtype, drawn as transformers initializes Qwen2 (matrices and embedding normal with
+std 0.02, biases zero, norms one), and the GGUF with the gguf package's writer (llama.cpp's converter needs torch).
 """
 
 import argparse
@@ -26,8 +30,12 @@ import sys
 import tarfile
 
 import numpy as np
-import torch
-import transformers
+
+try:  # torch and transformers build the checkpoint; without them --numpy writes the same shapes with numpy alone
+    import torch
+    import transformers
+except ImportError:
+    torch = transformers = None
 
 DEFAULT_TOKENIZER_DIR = os.environ.get("SY_QWEN_TOKENIZER_DIR", "/work/shared/tokenizers/qwen3")
 CONVERTER_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "switchyard", "llama-cpp-python")
@@ -68,6 +76,95 @@ def build_checkpoint(out, layers, seed, tokenizer_dir, tiny=False):
         shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16)")
+
+
+def qwen2_config_json(shape):
+    """config.json as transformers writes it for Qwen2ForCausalLM (the keys the plugins and llama.cpp read)."""
+    cfg = dict(shape, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+               initializer_range=0.02, attention_dropout=0.0, use_cache=True, torch_dtype="bfloat16",
+               max_window_layers=shape["num_hidden_layers"], sliding_window=None)
+    return cfg
+
+
+def qwen2_tensor_shapes(shape):
+    h, heads, kv = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
+    hd = h // heads
+    out = [("model.embed_tokens.weight", (shape["vocab_size"], h))]
+    for i in range(shape["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (heads * hd, h)), (p + "self_attn.q_proj.bias", (heads * hd,)),
+                (p + "self_attn.k_proj.weight", (kv * hd, h)), (p + "self_attn.k_proj.bias", (kv * hd,)),
+                (p + "self_attn.v_proj.weight", (kv * hd, h)), (p + "self_attn.v_proj.bias", (kv * hd,)),
+                (p + "self_attn.o_proj.weight", (h, heads * hd)),
+                (p + "mlp.gate_proj.weight", (shape["intermediate_size"], h)),
+                (p + "mlp.up_proj.weight", (shape["intermediate_size"], h)),
+                (p + "mlp.down_proj.weight", (h, shape["intermediate_size"]))]
+    out.append(("model.norm.weight", (h,)))
+    if not shape["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (shape["vocab_size"], h)))
+    return out
+
+
+def f32_to_bf16_bits(a):
+    """Round to nearest even, as torch's .to(torch.bfloat16) does (the values here are finite)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def build_checkpoint_numpy(out, layers, seed, tokenizer_dir, tiny=False):
+    shape = dict(QWEN25_05B, **TINY) if tiny else dict(QWEN25_05B, num_hidden_layers=layers)
+    tensors = sorted(qwen2_tensor_shapes(shape))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dims in tensors:
+        size = 2 * int(np.prod(dims))
+        header[name] = {"dtype": "BF16", "shape": list(dims), "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
+    rng = np.random.default_rng(seed)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(len(blob).to_bytes(8, "little") + blob)
+        for name, dims in tensors:
+            if name.endswith("norm.weight"):
+                values = np.ones(dims, np.float32)
+            elif name.endswith(".bias"):
+                values = np.zeros(dims, np.float32)
+            else:
+                values = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
+            f.write(f32_to_bf16_bits(values).tobytes())
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(qwen2_config_json(shape), f, indent=2)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+                   "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},
+                  f, indent=2)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+    n_params = sum(int(np.prod(d)) for _, d in tensors)
+    print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16, numpy)")
+
+
+def read_safetensors_f32(path):
+    """(name, float32 array) for each tensor of a safetensors file, with numpy alone (BF16, F16, F32)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        raw = data[t["data_offsets"][0]:t["data_offsets"][1]]
+        if t["dtype"] == "BF16":
+            arr = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] == "F16":
+            arr = raw.view(np.float16).astype(np.float32)
+        elif t["dtype"] == "F32":
+            arr = np.array(raw.view(np.float32))
+        else:
+            raise SystemExit(f"gguf: tensor {name} has dtype {t['dtype']}; BF16, F16 or F32 expected")
+        yield name, arr.reshape(t["shape"])
 
 
 # ---- GGUF through llama.cpp's converter ----
@@ -133,7 +230,6 @@ def tokenizer_vocab(checkpoint, vocab_size):
 
 def convert_with_gguf_writer(checkpoint, outfile):
     import gguf
-    from safetensors import safe_open
     with open(os.path.join(checkpoint, "config.json")) as f:
         cfg = json.load(f)
     n_layers = cfg["num_hidden_layers"]
@@ -167,15 +263,12 @@ def convert_with_gguf_writer(checkpoint, outfile):
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, n_layers)
     shard_files = sorted(glob.glob(os.path.join(checkpoint, "*.safetensors")))
     for path in shard_files:
-        with safe_open(path, framework="pt") as st:
-            for name in st.keys():
-                gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
-                if gguf_name is None:
-                    raise SystemExit(f"gguf: no GGUF name for tensor {name}")
-                t = st.get_tensor(name).float()
-                # as llama.cpp's converter does: matrices in F16, norms and biases in F32
-                arr = t.numpy().astype(np.float16 if t.dim() == 2 else np.float32)
-                writer.add_tensor(gguf_name, arr)
+        for name, t in read_safetensors_f32(path):
+            gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            if gguf_name is None:
+                raise SystemExit(f"gguf: no GGUF name for tensor {name}")
+            # as llama.cpp's converter does: matrices in F16, norms and biases in F32
+            writer.add_tensor(gguf_name, t.astype(np.float16 if t.ndim == 2 else np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -197,17 +290,24 @@ def main():
                     help="pip-download llama-cpp-python's source package for llama.cpp's converter")
     ap.add_argument("--gguf-writer", action="store_true",
                     help="use the gguf package's writer even if a converter exists")
+    ap.add_argument("--numpy", action="store_true",
+                    help="write the checkpoint with numpy instead of torch/transformers (default without them)")
     args = ap.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    use_numpy = args.numpy or torch is None or transformers is None
 
     if not os.path.exists(os.path.join(args.out, "config.json")):
-        build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
+        if use_numpy:
+            build_checkpoint_numpy(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
+        else:
+            torch.set_num_threads(os.cpu_count() or 1)
+            build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
     else:
         print(f"checkpoint: {args.out} exists, kept")
     if not args.gguf:
         return
     outfile = os.path.join(args.out, "model-f16.gguf")
-    converter = None if args.gguf_writer else (args.llama_cpp or (fetch_converter() if args.fetch_converter else None))
+    # llama.cpp's converter imports torch
+    converter = None if args.gguf_writer or torch is None else (args.llama_cpp or (fetch_converter() if args.fetch_converter else None))
     if converter and convert_with_llama_cpp(converter, args.out, outfile):
         print(f"gguf: {outfile} (llama.cpp converter)")
         return
