@@ -213,6 +213,14 @@ class Sweep:
         v = [r["tok_s"] for r in self.data["runs"] if all(r.get(k) == val for k, val in key.items())]
         return (statistics.median(v), len(v)) if v else (None, 0)
 
+    def points(self, kind, typ):
+        """The lengths or depths of one table: for decode, those the sweep asked for (a prefill run of ours also
+        decodes at its own length, which the peer has no run for)."""
+        ns = {r["n"] for r in self.data["runs"] if r["kind"] == kind and r["type"] == typ}
+        if kind == "decode":
+            ns &= set(self.data.get("depths") or [r["n"] for r in self.data["runs"] if r["engine"] == PEER and r["kind"] == kind])
+        return sorted(ns)
+
     def engines(self):
         tiers = [t for t in TIER_ORDER if any(r.get("tier") == t for r in self.data["runs"])]
         return tiers
@@ -224,7 +232,7 @@ class Sweep:
         out = []
         for kind, title, col in (("prefill", "prefill", "prompt tokens"), ("decode", "decode", "depth")):
             for typ in types:
-                ns = sorted({r["n"] for r in self.data["runs"] if r["kind"] == kind and r["type"] == typ})
+                ns = self.points(kind, typ)
                 out.append(f"\n{typ}, {title} tok/s (median of n runs)\n")
                 out.append(f"| {col} | " + " | ".join(f"switchyard {t}" for t in tiers) + f" | {PEER} | " +
                            " | ".join(f"{t} / {PEER}" for t in tiers) + " |")
@@ -284,7 +292,7 @@ class Sweep:
                 continue
             fig, axes = plt.subplots(1, len(types), figsize=(4.6 * len(types), 4), squeeze=False)
             for ax, typ in zip(axes[0], types):
-                ns = sorted({r["n"] for r in self.data["runs"] if r["kind"] == kind and r["type"] == typ})
+                ns = self.points(kind, typ)
                 for name in tiers + [PEER]:
                     key = dict(engine=PEER) if name == PEER else dict(engine="switchyard", tier=name)
                     pts = [(n, self.median(kind=kind, type=typ, n=n, **key)[0]) for n in ns]
@@ -361,7 +369,8 @@ def main():
         for line in notes:
             print(f"# {line}", flush=True)
         sweep.data.update(machine=machine, date=time.strftime("%Y-%m-%d", time.gmtime()), threads=args.threads,
-                          tiers=args.tiers, tier_notes=notes, gen=args.gen, command=" ".join(sys.argv))
+                          tiers=args.tiers, tier_notes=notes, gen=args.gen,
+                          lengths=args.lengths, depths=args.depths, command=" ".join(sys.argv))
         sweep.data.setdefault("started_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         for typ in args.types:
             for key in ("ours", "peer"):
