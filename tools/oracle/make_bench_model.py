@@ -11,13 +11,13 @@ through llama.cpp's own convert_hf_to_gguf.py when one is found (--llama-cpp DIR
 llama-cpp-python source package, fetched with pip into a cache by --fetch-converter), otherwise with the `gguf`
 package's GGUFWriter directly (the same metadata keys and tensor names llama.cpp's converter writes for qwen2).
 
-Without torch (or with --numpy) the checkpoint is written with numpy alone: the same tensors, names and config,
-drawn as transformers' init draws them (normal, std 0.02; norms 1, biases 0) but from numpy's generator, so the
-values differ from the torch path's. `switchyard quantize OUT model-q8_0.gguf Q8_0` then makes GGUF files of it.
-
 Usage:
   python3 tools/oracle/make_bench_model.py --out models/bench-qwen2.5-0.5b [--gguf] [--fetch-converter]
          [--layers N | --tiny] [--seed S] [--numpy]
+
+--numpy (the default when torch or transformers is not installed) writes the checkpoint without them: the same
+tensor names, shapes and BF16 dtype, drawn as transformers initializes Qwen2 (matrices and embedding normal with
+std 0.02, biases zero, norms one), and the GGUF with the gguf package's writer (llama.cpp's converter needs torch).
 """
 
 import argparse
@@ -31,7 +31,7 @@ import tarfile
 
 import numpy as np
 
-try:  # --numpy needs neither (where no CPU torch wheel can be installed)
+try:  # torch and transformers build the checkpoint; without them --numpy writes the same shapes with numpy alone
     import torch
     import transformers
 except ImportError:
@@ -78,69 +78,93 @@ def build_checkpoint(out, layers, seed, tokenizer_dir, tiny=False):
     print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16)")
 
 
-def write_safetensors(path, tensors):
-    """A SafeTensors file from (name, dtype string, shape, bytes) tuples, in the order given."""
-    header, offset = {}, 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for _, _, _, data in tensors:
-            f.write(data)
+def qwen2_config_json(shape):
+    """config.json as transformers writes it for Qwen2ForCausalLM (the keys the plugins and llama.cpp read)."""
+    cfg = dict(shape, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+               initializer_range=0.02, attention_dropout=0.0, use_cache=True, torch_dtype="bfloat16",
+               max_window_layers=shape["num_hidden_layers"], sliding_window=None)
+    return cfg
+
+
+def qwen2_tensor_shapes(shape):
+    h, heads, kv = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
+    hd = h // heads
+    out = [("model.embed_tokens.weight", (shape["vocab_size"], h))]
+    for i in range(shape["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (heads * hd, h)), (p + "self_attn.q_proj.bias", (heads * hd,)),
+                (p + "self_attn.k_proj.weight", (kv * hd, h)), (p + "self_attn.k_proj.bias", (kv * hd,)),
+                (p + "self_attn.v_proj.weight", (kv * hd, h)), (p + "self_attn.v_proj.bias", (kv * hd,)),
+                (p + "self_attn.o_proj.weight", (h, heads * hd)),
+                (p + "mlp.gate_proj.weight", (shape["intermediate_size"], h)),
+                (p + "mlp.up_proj.weight", (shape["intermediate_size"], h)),
+                (p + "mlp.down_proj.weight", (h, shape["intermediate_size"]))]
+    out.append(("model.norm.weight", (h,)))
+    if not shape["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (shape["vocab_size"], h)))
+    return out
+
+
+def f32_to_bf16_bits(a):
+    """Round to nearest even, as torch's .to(torch.bfloat16) does (the values here are finite)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def build_checkpoint_numpy(out, layers, seed, tokenizer_dir, tiny=False):
-    """The checkpoint of build_checkpoint without torch: BF16 matrices drawn from N(0, 0.02), norms 1, biases 0."""
     shape = dict(QWEN25_05B, **TINY) if tiny else dict(QWEN25_05B, num_hidden_layers=layers)
+    tensors = sorted(qwen2_tensor_shapes(shape))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dims in tensors:
+        size = 2 * int(np.prod(dims))
+        header[name] = {"dtype": "BF16", "shape": list(dims), "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
     rng = np.random.default_rng(seed)
-    h, inter, n_head, n_kv = (shape["hidden_size"], shape["intermediate_size"], shape["num_attention_heads"],
-                              shape["num_key_value_heads"])
-    head_dim = h // n_head
-
-    def bf16(a):  # round to nearest even, as torch's conversion does
-        u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
-
-    def normal(*dims):
-        return ("BF16", dims, bf16(rng.standard_normal(dims, dtype=np.float32) * 0.02))
-
-    def const(value, *dims):
-        return ("BF16", dims, bf16(np.full(dims, value, dtype=np.float32)))
-
-    tensors = [("model.embed_tokens.weight",) + normal(shape["vocab_size"], h)]
-    for i in range(shape["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        tensors += [(p + "input_layernorm.weight",) + const(1.0, h),
-                    (p + "self_attn.q_proj.weight",) + normal(n_head * head_dim, h),
-                    (p + "self_attn.q_proj.bias",) + const(0.0, n_head * head_dim),
-                    (p + "self_attn.k_proj.weight",) + normal(n_kv * head_dim, h),
-                    (p + "self_attn.k_proj.bias",) + const(0.0, n_kv * head_dim),
-                    (p + "self_attn.v_proj.weight",) + normal(n_kv * head_dim, h),
-                    (p + "self_attn.v_proj.bias",) + const(0.0, n_kv * head_dim),
-                    (p + "self_attn.o_proj.weight",) + normal(h, n_head * head_dim),
-                    (p + "post_attention_layernorm.weight",) + const(1.0, h),
-                    (p + "mlp.gate_proj.weight",) + normal(inter, h),
-                    (p + "mlp.up_proj.weight",) + normal(inter, h),
-                    (p + "mlp.down_proj.weight",) + normal(h, inter)]
-    tensors.append(("model.norm.weight",) + const(1.0, h))
     os.makedirs(out, exist_ok=True)
-    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
-    config = dict(shape, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
-                  torch_dtype="bfloat16", head_dim=head_dim)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(len(blob).to_bytes(8, "little") + blob)
+        for name, dims in tensors:
+            if name.endswith("norm.weight"):
+                values = np.ones(dims, np.float32)
+            elif name.endswith(".bias"):
+                values = np.zeros(dims, np.float32)
+            else:
+                values = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
+            f.write(f32_to_bf16_bits(values).tobytes())
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+        json.dump(qwen2_config_json(shape), f, indent=2)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
-                   "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}, f)
+                   "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},
+                  f, indent=2)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
-    n_params = sum(int(np.prod(t[2])) for t in tensors)
+    n_params = sum(int(np.prod(d)) for _, d in tensors)
     print(f"checkpoint: {out} ({n_params / 1e6:.0f}M parameters, BF16, numpy)")
+
+
+def read_safetensors_f32(path):
+    """(name, float32 array) for each tensor of a safetensors file, with numpy alone (BF16, F16, F32)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        raw = data[t["data_offsets"][0]:t["data_offsets"][1]]
+        if t["dtype"] == "BF16":
+            arr = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] == "F16":
+            arr = raw.view(np.float16).astype(np.float32)
+        elif t["dtype"] == "F32":
+            arr = np.array(raw.view(np.float32))
+        else:
+            raise SystemExit(f"gguf: tensor {name} has dtype {t['dtype']}; BF16, F16 or F32 expected")
+        yield name, arr.reshape(t["shape"])
 
 
 # ---- GGUF through llama.cpp's converter ----
@@ -206,7 +230,6 @@ def tokenizer_vocab(checkpoint, vocab_size):
 
 def convert_with_gguf_writer(checkpoint, outfile):
     import gguf
-    from safetensors import safe_open
     with open(os.path.join(checkpoint, "config.json")) as f:
         cfg = json.load(f)
     n_layers = cfg["num_hidden_layers"]
@@ -240,15 +263,12 @@ def convert_with_gguf_writer(checkpoint, outfile):
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, n_layers)
     shard_files = sorted(glob.glob(os.path.join(checkpoint, "*.safetensors")))
     for path in shard_files:
-        with safe_open(path, framework="pt") as st:
-            for name in st.keys():
-                gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
-                if gguf_name is None:
-                    raise SystemExit(f"gguf: no GGUF name for tensor {name}")
-                t = st.get_tensor(name).float()
-                # as llama.cpp's converter does: matrices in F16, norms and biases in F32
-                arr = t.numpy().astype(np.float16 if t.dim() == 2 else np.float32)
-                writer.add_tensor(gguf_name, arr)
+        for name, t in read_safetensors_f32(path):
+            gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            if gguf_name is None:
+                raise SystemExit(f"gguf: no GGUF name for tensor {name}")
+            # as llama.cpp's converter does: matrices in F16, norms and biases in F32
+            writer.add_tensor(gguf_name, t.astype(np.float16 if t.ndim == 2 else np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -264,27 +284,30 @@ def main():
     ap.add_argument("--tiny", action="store_true",
                     help="2 layers of width 64 with the real vocabulary (for oracles, not benchmarks)")
     ap.add_argument("--tokenizer-dir", default=DEFAULT_TOKENIZER_DIR)
-    ap.add_argument("--numpy", action="store_true", help="write the checkpoint with numpy (the default without torch)")
     ap.add_argument("--gguf", action="store_true", help="also write OUT/model-f16.gguf")
     ap.add_argument("--llama-cpp", help="a llama.cpp checkout with convert_hf_to_gguf.py")
     ap.add_argument("--fetch-converter", action="store_true",
                     help="pip-download llama-cpp-python's source package for llama.cpp's converter")
     ap.add_argument("--gguf-writer", action="store_true",
                     help="use the gguf package's writer even if a converter exists")
+    ap.add_argument("--numpy", action="store_true",
+                    help="write the checkpoint with numpy instead of torch/transformers (default without them)")
     args = ap.parse_args()
-    use_numpy = args.numpy or torch is None
-    if not use_numpy:
-        torch.set_num_threads(os.cpu_count() or 1)
+    use_numpy = args.numpy or torch is None or transformers is None
 
     if not os.path.exists(os.path.join(args.out, "config.json")):
-        build = build_checkpoint_numpy if use_numpy else build_checkpoint
-        build(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
+        if use_numpy:
+            build_checkpoint_numpy(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
+        else:
+            torch.set_num_threads(os.cpu_count() or 1)
+            build_checkpoint(args.out, args.layers, args.seed, args.tokenizer_dir, args.tiny)
     else:
         print(f"checkpoint: {args.out} exists, kept")
     if not args.gguf:
         return
     outfile = os.path.join(args.out, "model-f16.gguf")
-    converter = None if args.gguf_writer else (args.llama_cpp or (fetch_converter() if args.fetch_converter else None))
+    # llama.cpp's converter imports torch
+    converter = None if args.gguf_writer or torch is None else (args.llama_cpp or (fetch_converter() if args.fetch_converter else None))
     if converter and convert_with_llama_cpp(converter, args.out, outfile):
         print(f"gguf: {outfile} (llama.cpp converter)")
         return
