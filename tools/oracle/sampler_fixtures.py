@@ -135,6 +135,12 @@ def dry_fixtures(exe, args):
         breakers = []
         for _ in range(rng.choice([0, 1, 2, 3])):
             breakers.append([rng.randrange(vocab) for _ in range(rng.choice([1, 1, 2, 3]))])
+        if breakers and n_hist > 8 and rng.random() < 0.6:
+            # a breaker a few tokens before the end, so the repetition limit it sets decides the penalty
+            b = breakers[0]
+            pos = n_hist - rng.randint(len(b) + 1, len(b) + 5)
+            hist[pos:pos + len(b)] = b
+            hist = hist[:n_hist]
         params = {"dry_multiplier": rng.choice([0.8, 1.5, 0.3]), "dry_base": rng.choice([1.75, 1.1, 3.0, 1.0]),
                   "dry_allowed_length": rng.choice([0, 1, 2, 2, 4]),
                   "dry_penalty_last_n": rng.choice([64, 16, 1000, 5])}
@@ -171,13 +177,18 @@ def dry_fixtures(exe, args):
             "### Step one\nmix the flour and the water\n### Step two\nmix the flour and the",
             "a b c d e f a b c d e f a b c d e f a b c d",
             "key: value one two three\nkey: value one two three\nkey: value one",
+            # ending just after a breaker: the limit it sets decides
+            "User: tell me a story\nAssistant: once upon a time\nUser: tell me a story\nAssistant: once",
+            "The cat sat on the mat. The cat sat on the mat. The cat",
+            "\"quoted words here\" and \"quoted words here\" and \"quoted",
+            "### Step one\nmix the flour\n### Step two\nmix the flour\n### Step",
         ]
         breaker_sets = [[], ["\n", ":", "\"", "*"], ["User:", "Assistant:"], ["###", "\n\n"], [" mat."],
                         ["the cat", "d e"], ["three\nkey"]]
         lines = []
         for t_i, text in enumerate(texts):
             for b_i, breakers in enumerate(breaker_sets):
-                if (t_i + b_i) % 2 and b_i != 1:
+                if (t_i + b_i) % 2 and b_i != 1 and t_i < 6:
                     continue
                 params = {"dry_multiplier": rng.choice([0.8, 1.2]), "dry_base": rng.choice([1.75, 2.0]),
                           "dry_allowed_length": rng.choice([1, 2, 3]), "dry_penalty_last_n": rng.choice([64, 200])}
@@ -196,7 +207,7 @@ def dry_fixtures(exe, args):
             k = int(rest[0])
             c["ids"] = [int(rest[1 + 2 * j]) for j in range(k)]
             c["logits"] = [float(rest[2 + 2 * j]) for j in range(k)]
-            c["want"] = [float(rest[2 + 2 * k + j]) for j in range(k)]
+            c["want"] = [float(rest[1 + 2 * k + j]) for j in range(k)]
     write_json(args.dry_out, {"source": "llama.cpp's DRY sampler (llama-cpp-python 0.3.36 sdist, native build) via "
                                         "tools/oracle/sampler_dry.cpp; text cases over SmolLM2-135M-Instruct's "
                                         "vocabulary; regenerate with tools/oracle/sampler_fixtures.py",
