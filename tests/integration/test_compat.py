@@ -44,6 +44,9 @@ def main_config():
              "group = coder\n\n")
     if SMOL:
         text += f"[model.smol]\nplugin = gguf-quant\npath = {SMOL}\ngroup = smol\naliases = smollm2\n\n"
+        text += (f"[model.smoldry]\nplugin = gguf-quant\npath = {SMOL}\ngroup = smol\n"
+                 "defaults.dry_multiplier = 2.0\ndefaults.dry_penalty_last_n = -1\n"
+                 "defaults.dry_sequence_breakers = [\" banana\"]\n\n")
     return text
 
 
@@ -318,6 +321,12 @@ def t_dry(srv):
     r2 = c.completions.create(model="smol", prompt=prompt, max_tokens=12, temperature=0,
                               extra_body=dict(dry, dry_sequence_breakers=[" banana"]))
     check(r2.choices[0].text != r.choices[0].text, f"the breaker ' banana' changed nothing: {r2.choices[0].text!r}")
+    # the same as a model's defaults (config: defaults.dry_*, the breakers a JSON array)
+    d = c.completions.create(model="smoldry", prompt=prompt, max_tokens=12, temperature=0)
+    check(d.choices[0].text == r2.choices[0].text, f"defaults.dry_*: {d.choices[0].text!r} vs {r2.choices[0].text!r}")
+    d = c.completions.create(model="smoldry", prompt=prompt, max_tokens=12, temperature=0,
+                             extra_body={"dry_sequence_breakers": ["\n", ":", "\"", "*"]})
+    check(d.choices[0].text == r.choices[0].text, f"a request's breakers over the defaults: {d.choices[0].text!r}")
     print(f"  smol greedy: {plain.choices[0].text!r} -> DRY {r.choices[0].text!r}, breaker ' banana' "
           f"{r2.choices[0].text!r}")
 
