@@ -265,6 +265,15 @@ def t_openai_n_streaming(srv):
         check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens and
               usage.prompt_tokens == whole.usage.prompt_tokens, f"{model}: streamed usage {usage} vs {whole.usage}")
         print(f"  {model}: 3 streamed choices equal the collected ones; chunk order {''.join(map(str, order[:40]))}...")
+    # a client that leaves a streamed n = 3 early: every choice is cancelled and the slots serve the next request
+    stream = c.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "Go on."}], n=3,
+                                       max_tokens=400, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 5:
+            break
+    stream.close()
+    r = c.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "Hi"}], n=3, max_tokens=4)
+    check(len(r.choices) == 3, f"after a client left a streamed n = 3: {r}")
     # completions: n streamed, each choice the collected one
     kw = dict(model=models[-1], prompt="Once upon a time", n=2, max_tokens=12, seed=9, temperature=1.0)
     texts, finishes = {}, {}
