@@ -20,7 +20,19 @@
 /* ------------------------------------------------------------------------------------------------------------
  * One generation */
 
+/* Generations streamed together (n > 1): each one's callback also wakes the group's reader. */
+struct sy_api_gen_group {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t seq; /* events delivered to any member, under lock */
+    sy_api_gen *gens[SY_API_GEN_GROUP_MAX];
+    uint32_t n;
+    uint32_t next; /* round robin: where the next look begins, so no choice starves the others */
+    double t_client_check;
+};
+
 struct sy_api_gen {
+    sy_api_gen_group *group; /* NULL, or the group it belongs to (which outlives it) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     sy_api_event *head, *tail;
@@ -85,6 +97,12 @@ static void gen_callback(void *user, const sy_gen_event *ev) {
         }
     }
     pthread_cond_broadcast(&g->cond);
+    if (g->group != NULL) { /* still under g->lock: the group cannot go before the member's end is seen */
+        pthread_mutex_lock(&g->group->lock);
+        g->group->seq++;
+        pthread_cond_broadcast(&g->group->cond);
+        pthread_mutex_unlock(&g->group->lock);
+    }
     pthread_mutex_unlock(&g->lock);
     if (ended_lease != NULL) sy_model_lease_release(ended_lease);
 }
@@ -109,14 +127,19 @@ static void gen_free_events(sy_api_gen *g) {
     g->head = g->tail = NULL;
 }
 
-sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t *prompt, size_t n_prompt,
-                             const sy_gen_params *params, sy_api_error *e) {
+static sy_api_gen *gen_start(sy_http_request *r, sy_api_model *m, const int32_t *prompt, size_t n_prompt,
+                             const sy_gen_params *params, sy_api_gen_group *group, sy_api_error *e) {
     sy_api_context *srv = sy_api_ctx(r);
     if (sy_api_stopping(srv)) {
         sy_api_fail(e, 503, "server_stopping", NULL, "the server is shutting down");
         return NULL;
     }
+    if (group != NULL && group->n >= SY_API_GEN_GROUP_MAX) {
+        sy_api_fail(e, 500, "internal_error", NULL, "more than %d generations in one group", SY_API_GEN_GROUP_MAX);
+        return NULL;
+    }
     sy_api_gen *g = sy_xcalloc(1, sizeof *g);
+    g->group = group;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
     g->request = r;
@@ -145,7 +168,44 @@ sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t 
     m->lease = NULL;
     g->track = sy_api_track(srv, gen_stop_hook, g);
     if (g->track == 0) gen_stop_hook(g); /* the stop began meanwhile */
+    if (group != NULL) group->gens[group->n++] = g;
     return g;
+}
+
+sy_api_gen *sy_api_gen_start(sy_http_request *r, sy_api_model *m, const int32_t *prompt, size_t n_prompt,
+                             const sy_gen_params *params, sy_api_error *e) {
+    return gen_start(r, m, prompt, n_prompt, params, NULL, e);
+}
+
+sy_api_gen_group *sy_api_gen_group_new(void) {
+    sy_api_gen_group *grp = sy_xcalloc(1, sizeof *grp);
+    pthread_mutex_init(&grp->lock, NULL);
+    pthread_cond_init(&grp->cond, NULL);
+    return grp;
+}
+
+sy_api_gen *sy_api_gen_start_in(sy_api_gen_group *grp, sy_http_request *r, sy_api_model *m, const int32_t *prompt,
+                                size_t n_prompt, const sy_gen_params *params, sy_api_error *e) {
+    return gen_start(r, m, prompt, n_prompt, params, grp, e);
+}
+
+uint32_t sy_api_gen_group_size(const sy_api_gen_group *grp) { return grp->n; }
+sy_api_gen *sy_api_gen_group_member(const sy_api_gen_group *grp, uint32_t i) { return i < grp->n ? grp->gens[i] : NULL; }
+
+void sy_api_gen_group_free(sy_api_gen_group *grp) {
+    if (grp == NULL) return;
+    for (uint32_t i = 0; i < grp->n; i++) { /* cancel them all first, so none waits on the others' ends */
+        sy_api_gen *g = grp->gens[i];
+        pthread_mutex_lock(&g->lock);
+        bool cancel = !g->ended && !g->cancelled;
+        g->cancelled = true;
+        pthread_mutex_unlock(&g->lock);
+        if (cancel) sy_gen_cancel(g->gen);
+    }
+    for (uint32_t i = 0; i < grp->n; i++) sy_api_gen_finish(grp->gens[i]);
+    pthread_cond_destroy(&grp->cond);
+    pthread_mutex_destroy(&grp->lock);
+    free(grp);
 }
 
 void sy_api_event_free(sy_api_event *ev) {
@@ -215,6 +275,64 @@ sy_api_event *sy_api_gen_next(sy_api_gen *g) {
     pthread_mutex_unlock(&g->lock);
     gen_record(g, ev);
     return ev;
+}
+
+/* The member's next event if one is there, without waiting. */
+static sy_api_event *gen_take(sy_api_gen *g) {
+    pthread_mutex_lock(&g->lock);
+    sy_api_event *ev = g->head;
+    if (ev != NULL) {
+        g->head = ev->next;
+        if (g->head == NULL) g->tail = NULL;
+        ev->next = NULL;
+        if (ev->type != SY_GEN_EVENT_TEXT) g->consumed_end = true;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (ev != NULL) gen_record(g, ev);
+    return ev;
+}
+
+static bool gen_consumed_end(sy_api_gen *g) {
+    pthread_mutex_lock(&g->lock);
+    bool done = g->consumed_end;
+    pthread_mutex_unlock(&g->lock);
+    return done;
+}
+
+sy_api_event *sy_api_gen_group_next(sy_api_gen_group *grp, uint32_t *index) {
+    if (grp->n == 0) return NULL;
+    sy_http_request *request = grp->gens[0]->request;
+    for (;;) {
+        pthread_mutex_lock(&grp->lock);
+        uint64_t seen = grp->seq;
+        pthread_mutex_unlock(&grp->lock);
+        bool open = false;
+        for (uint32_t j = 0; j < grp->n; j++) {
+            uint32_t i = (grp->next + j) % grp->n;
+            sy_api_event *ev = gen_take(grp->gens[i]);
+            if (ev != NULL) {
+                grp->next = (i + 1) % grp->n;
+                *index = i;
+                return ev;
+            }
+            open = open || !gen_consumed_end(grp->gens[i]);
+        }
+        if (!open) return NULL; /* every end was taken already */
+        double now = sy_now_seconds();
+        if (now - grp->t_client_check >= 0.25) {
+            grp->t_client_check = now;
+            if (sy_http_client_gone(request)) return NULL; /* the group's free cancels them */
+        }
+        pthread_mutex_lock(&grp->lock);
+        if (grp->seq == seen) {
+            struct timespec deadline;
+            clock_gettime(CLOCK_REALTIME, &deadline);
+            deadline.tv_nsec += 250 * 1000 * 1000;
+            if (deadline.tv_nsec >= 1000000000) deadline.tv_sec++, deadline.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&grp->cond, &grp->lock, &deadline);
+        }
+        pthread_mutex_unlock(&grp->lock);
+    }
 }
 
 void sy_api_gen_finish(sy_api_gen *g) {
@@ -308,6 +426,63 @@ static void stream_free(void *cls) {
     if (s->ops->free_state) s->ops->free_state(s->state);
     sy_buf_free(&s->out);
     free(s);
+}
+
+/* A group's stream: events of every member as they come, then ops->done once every member ended. */
+typedef struct group_stream {
+    sy_api_gen_group *group;
+    const sy_api_group_stream_ops *ops;
+    void *state;
+    sy_api_event *pending; /* an event taken before the stream began (the first choice's first) */
+    uint32_t pending_index;
+    uint32_t n_ended;
+    sy_buf out;
+    bool finished;
+} group_stream;
+
+static ssize_t group_stream_read(void *cls, char *buf, size_t max) {
+    group_stream *s = cls;
+    while (s->out.len == 0) {
+        if (s->finished) return SY_HTTP_STREAM_END;
+        uint32_t index = 0;
+        sy_api_event *ev = s->pending;
+        if (ev != NULL) index = s->pending_index, s->pending = NULL;
+        else ev = sy_api_gen_group_next(s->group, &index);
+        if (ev == NULL) return SY_HTTP_STREAM_ABORT;
+        bool over = s->ops->format(s->state, s->group->gens[index], index, ev, &s->out);
+        if (ev->type != SY_GEN_EVENT_TEXT && ++s->n_ended == s->group->n && !over) {
+            s->ops->done(s->state, &s->out);
+            over = true;
+        }
+        if (over) s->finished = true;
+        sy_api_event_free(ev);
+    }
+    size_t n = s->out.len < max ? s->out.len : max;
+    memcpy(buf, s->out.data, n);
+    sy_buf_consume(&s->out, n);
+    return (ssize_t)n;
+}
+
+static void group_stream_free(void *cls) {
+    group_stream *s = cls;
+    sy_api_event_free(s->pending);
+    sy_api_gen_group_free(s->group);
+    if (s->ops->free_state) s->ops->free_state(s->state);
+    sy_buf_free(&s->out);
+    free(s);
+}
+
+int sy_api_respond_group_stream(sy_http_request *r, const char *content_type, sy_api_gen_group *grp,
+                                sy_api_event *first, uint32_t first_index, const sy_api_group_stream_ops *ops,
+                                void *state) {
+    group_stream *s = sy_xcalloc(1, sizeof *s);
+    s->group = grp;
+    s->ops = ops;
+    s->state = state;
+    s->pending = first;
+    s->pending_index = first_index;
+    sy_buf_init(&s->out);
+    return sy_http_respond_stream(r, content_type, group_stream_read, s, group_stream_free);
 }
 
 int sy_api_respond_stream(sy_http_request *r, const char *content_type, sy_api_gen *g,

@@ -70,4 +70,33 @@ int sy_api_respond_stream(sy_http_request *r, const char *content_type, sy_api_g
  * events, "" and "\n" for NDJSON). Takes JSON (deleted here); appends nothing when it cannot be printed. */
 void sy_api_stream_json(sy_buf *out, const char *before, cJSON *json, const char *after);
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Generations streamed together (OpenAI's n > 1): their events interleaved as they come. */
+#define SY_API_GEN_GROUP_MAX 16
+typedef struct sy_api_gen_group sy_api_gen_group;
+sy_api_gen_group *sy_api_gen_group_new(void);
+/* sy_api_gen_start, the generation joining grp (at most SY_API_GEN_GROUP_MAX); the group owns it: do not finish
+ * it alone. */
+sy_api_gen *sy_api_gen_start_in(sy_api_gen_group *grp, sy_http_request *r, sy_api_model *m, const int32_t *prompt,
+                                size_t n_prompt, const sy_gen_params *params, sy_api_error *e);
+uint32_t sy_api_gen_group_size(const sy_api_gen_group *grp);
+sy_api_gen *sy_api_gen_group_member(const sy_api_gen_group *grp, uint32_t i);
+/* The next event of any member (*index says whose), waiting for one; members take turns when several have
+ * events. NULL when the client went away or every member's end was taken. */
+sy_api_event *sy_api_gen_group_next(sy_api_gen_group *grp, uint32_t *index);
+/* Cancel the members still running, finish them all, free the group. */
+void sy_api_gen_group_free(sy_api_gen_group *grp);
+
+/* A group's streamed response: format() gets every event with its member's index and returns true when the
+ * stream is over (an error); done() appends what follows the last member's end. first: an event already taken
+ * from member first_index (or NULL), sent first. On success the group belongs to the stream. */
+typedef struct sy_api_group_stream_ops {
+    bool (*format)(void *state, sy_api_gen *g, uint32_t index, const sy_api_event *ev, sy_buf *out);
+    void (*done)(void *state, sy_buf *out);
+    void (*free_state)(void *state);
+} sy_api_group_stream_ops;
+int sy_api_respond_group_stream(sy_http_request *r, const char *content_type, sy_api_gen_group *grp,
+                                sy_api_event *first, uint32_t first_index, const sy_api_group_stream_ops *ops,
+                                void *state);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include "api/context.h"
 #include "api/fim.h"
+#include "api/sampling_fields.h"
 #include "api/generation.h"
 #include "api/lease.h"
 #include "api/model_facts.h"
@@ -357,6 +358,8 @@ static int infill_params(const cJSON *body, sy_gen_params *p, int64_t *n_predict
     if (sy_json_get_seed(body, NULL, "seed", &seed, &present, e) != 0) return -1;
     p->sampling.seed = present && seed != UINT64_MAX ? seed : sy_api_random_seed(); /* -1: random */
     if (sy_json_get_stop(body, NULL, "stop", p, e) != 0) return -1;
+    /* typical_p, XTC and DRY as on /completion (llama-server's logit_bias is not taken here) */
+    if (sy_api_sampling_fields(body, NULL, false, p, e) != 0) return -1;
     return 0;
 }
 

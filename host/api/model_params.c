@@ -26,6 +26,10 @@ static cJSON *value_json(const char *key, const char *value) {
         }
         return cJSON_CreateString(value);
     case SY_PARAM_TEXT: return cJSON_CreateString(value);
+    case SY_PARAM_STRINGS: {
+        cJSON *j = cJSON_Parse(value); /* checked when the config was read */
+        return j ? j : cJSON_CreateNull();
+    }
     }
     return cJSON_CreateNull();
 }

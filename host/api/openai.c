@@ -20,6 +20,13 @@
 #include "api/sampling_fields.h"
 #include "base/util.h"
 
+/* One choice of a stream: its output parsed on its own (content, reasoning, tool calls). */
+typedef struct stream_choice {
+    sy_api_chat_output out; /* chat */
+    size_t text_offset;     /* completions logprobs: bytes of text so far */
+    bool sent_first;        /* the opening chunk went out */
+} stream_choice;
+
 /* What a request asked for beyond the sampling parameters, and the state of its stream. */
 typedef struct openai_request {
     bool chat;
@@ -34,11 +41,12 @@ typedef struct openai_request {
     char model[SY_CONFIG_MAX_NAME_LEN + 1]; /* as the client named it */
     char fingerprint[40];
     size_t text_offset;   /* completions logprobs: bytes of text so far */
-    bool sent_first;      /* stream: the opening chunk went out */
     uint32_t n_choices;   /* n: independent samples of one prompt */
     sy_api_chat tools;    /* chat: tools, tool_choice, reasoning (api/chat_tools.h) */
     sy_api_chat_output out; /* chat: the output as content, reasoning_content and tool_calls */
     uint64_t out_seed;      /* chat: what tool-call ids are drawn from (per choice: xor its index) */
+    stream_choice *sc;      /* stream: n_choices of them */
+    sy_gen_usage stream_usage; /* stream: summed over the choices that ended, as respond_choices sums them */
 } openai_request;
 
 static void openai_request_free(void *p) {
@@ -47,7 +55,15 @@ static void openai_request_free(void *p) {
     free(q->echo_text);
     sy_api_chat_free(&q->tools);
     sy_api_chat_output_free(&q->out);
+    for (uint32_t i = 0; q->sc && i < q->n_choices; i++) sy_api_chat_output_free(&q->sc[i].out);
+    free(q->sc);
     free(q);
+}
+
+/* The stream's per-choice state; choice i draws its tool-call ids from out_seed ^ i, as a collected choice does. */
+static void stream_choices_init(openai_request *q) {
+    q->sc = sy_xcalloc(q->n_choices, sizeof *q->sc);
+    for (uint32_t i = 0; i < q->n_choices; i++) sy_api_chat_output_init(&q->sc[i].out, &q->tools.parse, q->out_seed ^ i);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -94,8 +110,6 @@ static int parse_params(const cJSON *body, openai_request *q, sy_gen_params *p, 
     }
     int64_t n = 1;
     if (sy_json_get_integer(body, NULL, "n", 1, SY_OPENAI_MAX_CHOICES, &n, NULL, e) != 0) return -1;
-    if (n > 1 && q->stream)
-        return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is supported without streaming only");
     if (n > 1 && q->echo)
         return sy_api_fail(e, 400, "unsupported_value", "n", "n > 1 is not supported with echo");
     q->n_choices = (uint32_t)n;
@@ -307,13 +321,13 @@ static void sse_json(sy_buf *out, cJSON *json) {
     cJSON_free(text);
 }
 
-/* A chunk with one choice; delta_or_text is the chat delta object or the completion text. */
-static void sse_choice(const openai_request *q, sy_buf *out, cJSON *delta, const char *text, cJSON *logprobs,
-                       const char *finish) {
+/* A chunk with one choice (index); delta is the chat delta object, text the completion text. */
+static void sse_choice(const openai_request *q, uint32_t index, sy_buf *out, cJSON *delta, const char *text,
+                       cJSON *logprobs, const char *finish) {
     cJSON *o = envelope(q, true);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     if (q->chat) cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
     else cJSON_AddStringToObject(c, "text", text ? text : "");
     if (logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs);
@@ -325,26 +339,38 @@ static void sse_choice(const openai_request *q, sy_buf *out, cJSON *delta, const
     sse_json(out, o);
 }
 
-static void sse_first(openai_request *q, sy_buf *out) {
-    if (q->sent_first) return;
-    q->sent_first = true;
+static void sse_first(openai_request *q, uint32_t index, sy_buf *out) {
+    stream_choice *c = &q->sc[index];
+    if (c->sent_first) return;
+    c->sent_first = true;
     if (q->chat) {
         cJSON *delta = cJSON_CreateObject();
         cJSON_AddStringToObject(delta, "role", "assistant");
         cJSON_AddStringToObject(delta, "content", "");
-        sse_choice(q, out, delta, NULL, NULL, NULL);
+        sse_choice(q, index, out, delta, NULL, NULL, NULL);
     } else if (q->echo && q->echo_text != NULL) {
-        sse_choice(q, out, NULL, q->echo_text, NULL, NULL);
-        q->text_offset += strlen(q->echo_text);
+        sse_choice(q, index, out, NULL, q->echo_text, NULL, NULL);
+        c->text_offset += strlen(q->echo_text);
     }
 }
 
-static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
-    openai_request *q = state;
-    sse_first(q, out);
+/* The usage of the choices so far: the prompt once (choice 0's), completions summed, as OpenAI counts n. */
+static void stream_usage_add(openai_request *q, uint32_t index, const sy_gen_usage *u) {
+    sy_gen_usage *t = &q->stream_usage;
+    if (index == 0) t->prompt_tokens = u->prompt_tokens;
+    t->completion_tokens += u->completion_tokens;
+    if (u->cached_tokens > t->cached_tokens) t->cached_tokens = u->cached_tokens;
+    t->drafted_tokens += u->drafted_tokens;
+    t->accepted_tokens += u->accepted_tokens;
+}
+
+/* One event of choice index. True when the stream is over (an error, or the server stopping). */
+static bool sse_choice_event(openai_request *q, sy_api_gen *g, uint32_t index, const sy_api_event *ev, sy_buf *out) {
+    stream_choice *sc = &q->sc[index];
+    sse_first(q, index, out);
     if (ev->type == SY_GEN_EVENT_TEXT) {
         bool with_lp = q->logprobs && ev->token >= 0;
-        if (ev->text_len == 0 && !with_lp) return;
+        if (ev->text_len == 0 && !with_lp) return false;
         cJSON *lp = NULL;
         if (with_lp) {
             if (q->chat) {
@@ -353,18 +379,18 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
                 cJSON_AddItemToArray(content, chat_logprob_entry(sy_api_gen_model(g), ev));
             } else {
                 lp = completion_logprobs_new();
-                completion_logprob_add(lp, sy_api_gen_model(g), ev, q->text_offset);
+                completion_logprob_add(lp, sy_api_gen_model(g), ev, sc->text_offset);
             }
         }
         if (q->chat) {
-            sy_api_chat_output_feed(&q->out, ev->text, ev->text_len);
-            cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
-            if (delta != NULL || lp != NULL) sse_choice(q, out, delta, NULL, lp, NULL);
+            sy_api_chat_output_feed(&sc->out, ev->text, ev->text_len);
+            cJSON *delta = sy_api_chat_output_openai_delta(&sc->out);
+            if (delta != NULL || lp != NULL) sse_choice(q, index, out, delta, NULL, lp, NULL);
         } else {
-            sse_choice(q, out, NULL, ev->text, lp, NULL);
+            sse_choice(q, index, out, NULL, ev->text, lp, NULL);
         }
-        q->text_offset += ev->text_len;
-        return;
+        sc->text_offset += ev->text_len;
+        return false;
     }
     if (ev->type == SY_GEN_EVENT_ERROR ||
         (strcmp(ev->finish_reason, "cancelled") == 0 && sy_api_gen_server_stopping(g))) {
@@ -379,25 +405,43 @@ static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_bu
         cJSON_AddNullToObject(err, "code");
         sse_json(out, o);
         sy_buf_puts(out, "data: [DONE]\n\n");
-        return;
+        return true;
     }
     const char *reason = finish_reason(ev->finish_reason);
     if (q->chat) {
-        sy_api_chat_output_finish(&q->out);
-        cJSON *delta = sy_api_chat_output_openai_delta(&q->out);
-        if (delta != NULL) sse_choice(q, out, delta, NULL, NULL, NULL);
-        if (sy_api_chat_output_has_calls(&q->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
+        sy_api_chat_output_finish(&sc->out);
+        cJSON *delta = sy_api_chat_output_openai_delta(&sc->out);
+        if (delta != NULL) sse_choice(q, index, out, delta, NULL, NULL, NULL);
+        if (sy_api_chat_output_has_calls(&sc->out) && strcmp(reason, "stop") == 0) reason = "tool_calls";
     }
-    sse_choice(q, out, NULL, NULL, NULL, reason);
+    sse_choice(q, index, out, NULL, NULL, NULL, reason);
+    stream_usage_add(q, index, &ev->usage);
+    return false;
+}
+
+/* After the last choice's end: the usage (stream_options.include_usage), then [DONE]. */
+static void sse_done(void *state, sy_buf *out) {
+    openai_request *q = state;
     if (q->include_usage) {
         cJSON *o = envelope(q, true);
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_json(&ev->usage));
+        cJSON_AddItemToObject(o, "usage", usage_json(&q->stream_usage));
         sse_json(out, o);
     }
     sy_buf_puts(out, "data: [DONE]\n\n");
 }
 
+static void sse_format(void *state, sy_api_gen *g, const sy_api_event *ev, sy_buf *out) {
+    openai_request *q = state;
+    if (sse_choice_event(q, g, 0, ev, out)) return;
+    if (ev->type != SY_GEN_EVENT_TEXT) sse_done(q, out);
+}
+
+static bool sse_group_format(void *state, sy_api_gen *g, uint32_t index, const sy_api_event *ev, sy_buf *out) {
+    return sse_choice_event(state, g, index, ev, out);
+}
+
+static const sy_api_group_stream_ops sse_group_ops = {sse_group_format, sse_done, openai_request_free};
 static const sy_api_stream_ops sse_ops = {sse_format, openai_request_free};
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -551,42 +595,75 @@ static cJSON *collect_choice(openai_request *q, sy_api_gen *g, sy_api_event *fir
     return c;
 }
 
-static void respond_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
-                            const int32_t *tokens, size_t n_tokens, sy_gen_params *params) {
+/* Submits the n choices (into grp when streaming): gens[i], and *first, the first event of choice 0, taken before
+ * the others started so that they fork its prompt. On failure everything started is finished, the lease of m0
+ * released and -1 returned with e. */
+static int start_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
+                         const int32_t *tokens, size_t n_tokens, sy_gen_params *params, sy_api_gen_group *grp,
+                         sy_api_gen **gens, sy_api_event **first, sy_api_error *e) {
     uint32_t n = q->n_choices;
-    sy_api_gen **gens = sy_xcalloc(n, sizeof *gens);
-    sy_api_error e;
-    memset(&e, 0, sizeof e);
     uint64_t seed = params->sampling.seed;
-    sy_api_event *first = NULL;
+    *first = NULL;
     int failed = 0;
     for (uint32_t i = 0; i < n && !failed; i++) {
         sy_api_model mi;
         sy_api_model *m = m0;
         if (i > 0) { /* each choice holds its own lease on the model, as its own generation does */
-            if (sy_api_acquire(r, model_name, &mi, &e) != 0) {
+            if (sy_api_acquire(r, model_name, &mi, e) != 0) {
                 failed = 1;
                 break;
             }
             m = &mi;
         }
         params->sampling.seed = choice_seed(seed, i);
-        gens[i] = sy_api_gen_start(r, m, tokens, n_tokens, params, &e);
+        gens[i] = grp ? sy_api_gen_start_in(grp, r, m, tokens, n_tokens, params, e)
+                      : sy_api_gen_start(r, m, tokens, n_tokens, params, e);
         if (gens[i] == NULL) {
             if (i > 0) sy_api_model_release(&mi);
             failed = 1;
             break;
         }
         /* the first choice's prompt is in its slot once its first event comes: the others fork it */
-        if (i == 0 && n > 1) first = sy_api_gen_next(gens[0]);
+        if (i == 0 && n > 1) *first = grp ? sy_api_gen_group_next(grp, &(uint32_t){0}) : sy_api_gen_next(gens[0]);
     }
     params->sampling.seed = seed;
-    if (failed) {
-        sy_api_event_free(first);
+    if (!failed) return 0;
+    sy_api_event_free(*first);
+    *first = NULL;
+    if (grp == NULL)
         for (uint32_t i = 0; i < n; i++)
             if (gens[i]) sy_api_gen_finish(gens[i]);
+    sy_api_model_release(m0);
+    return -1;
+}
+
+/* n > 1 streamed: the choices' chunks interleaved as they come, each naming its index. */
+static void stream_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
+                           const int32_t *tokens, size_t n_tokens, sy_gen_params *params) {
+    sy_api_gen_group *grp = sy_api_gen_group_new();
+    sy_api_gen *gens[SY_OPENAI_MAX_CHOICES] = {0};
+    sy_api_event *first = NULL;
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    if (start_choices(r, q, m0, model_name, tokens, n_tokens, params, grp, gens, &first, &e) != 0) {
+        sy_api_gen_group_free(grp);
+        sy_api_respond_error(r, &e);
+        openai_request_free(q);
+        return;
+    }
+    stream_choices_init(q);
+    sy_api_respond_group_stream(r, "text/event-stream", grp, first, 0, &sse_group_ops, q);
+}
+
+static void respond_choices(sy_http_request *r, openai_request *q, sy_api_model *m0, const char *model_name,
+                            const int32_t *tokens, size_t n_tokens, sy_gen_params *params) {
+    uint32_t n = q->n_choices;
+    sy_api_gen **gens = sy_xcalloc(n, sizeof *gens);
+    sy_api_error e;
+    memset(&e, 0, sizeof e);
+    sy_api_event *first = NULL;
+    if (start_choices(r, q, m0, model_name, tokens, n_tokens, params, NULL, gens, &first, &e) != 0) {
         free(gens);
-        sy_api_model_release(m0);
         sy_api_respond_error(r, &e);
         return;
     }
@@ -723,14 +800,16 @@ static void openai_generate(sy_http_request *r, bool chat) {
     }
 
     if (q->n_choices > 1) {
-        respond_choices(r, q, &m, model_name, tokens, n_tokens, &params);
+        bool streamed = q->stream;
+        if (streamed) stream_choices(r, q, &m, model_name, tokens, n_tokens, &params); /* q goes with the stream */
+        else respond_choices(r, q, &m, model_name, tokens, n_tokens, &params);
         sy_api_constraint_clear(&params);
         sy_api_sampling_fields_free(&params);
         free(tokens);
         free(prompt_text);
         sy_api_messages_free(&messages);
         cJSON_Delete(body);
-        openai_request_free(q);
+        if (!streamed) openai_request_free(q);
         return;
     }
     g = sy_api_gen_start(r, &m, tokens, n_tokens, &params, &e);
@@ -747,6 +826,7 @@ static void openai_generate(sy_http_request *r, bool chat) {
     body = NULL;
 
     if (q->stream) {
+        stream_choices_init(q);
         sy_api_respond_stream(r, "text/event-stream", g, &sse_ops, q);
         return;
     }

@@ -62,6 +62,45 @@ static int parse_logit_bias(const cJSON *v, const char *name, sy_gen_params *p, 
     return 0;
 }
 
+/* llama-server's DRY fields, with its ranges. dry_base below 1 takes the default, as llama-server does. The breakers
+ * stay owned by obj; the scheduler tokenizes them at submit. */
+static int parse_dry(const cJSON *obj, const char *prefix, sy_gen_params *p, sy_api_error *e) {
+    double d;
+    int64_t n;
+    bool present;
+    if (sy_json_get_number(obj, prefix, "dry_multiplier", 0, 1e6, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.dry_multiplier = (float)d;
+    if (sy_json_get_number(obj, prefix, "dry_base", 0, 1e6, &d, &present, e) != 0) return -1;
+    if (present) p->sampling.dry_base = d < 1 ? sy_sampler_defaults().dry_base : (float)d;
+    if (sy_json_get_integer(obj, prefix, "dry_allowed_length", 0, INT32_MAX, &n, &present, e) != 0) return -1;
+    if (present) p->sampling.dry_allowed_length = (int32_t)n;
+    if (sy_json_get_integer(obj, prefix, "dry_penalty_last_n", -1, INT32_MAX, &n, &present, e) != 0) return -1;
+    if (present) p->sampling.dry_penalty_last_n = (int32_t)n;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "dry_sequence_breakers");
+    if (v == NULL || cJSON_IsNull(v)) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "%sdry_sequence_breakers", prefix ? prefix : "");
+    int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (count == 0)
+        return sy_api_fail(e, 400, "invalid_value", name, "%s must be a non-empty array of strings", name);
+    if (count > SY_DRY_MAX_BREAKERS)
+        return sy_api_fail(e, 400, "invalid_value", name, "%s has %d strings, more than %d", name, count,
+                           SY_DRY_MAX_BREAKERS);
+    size_t i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, v) {
+        if (!cJSON_IsString(item))
+            return sy_api_fail(e, 400, "invalid_type", name, "%s[%zu] must be a string", name, i);
+        size_t len = strlen(item->valuestring);
+        if (len == 0 || len > SY_DRY_MAX_BREAKER_BYTES)
+            return sy_api_fail(e, 400, "invalid_value", name, "%s[%zu] must be 1 to %d bytes long, not %zu", name, i,
+                               SY_DRY_MAX_BREAKER_BYTES, len);
+        p->dry_breakers[i++] = item->valuestring;
+    }
+    p->n_dry_breakers = i;
+    return 0;
+}
+
 int sy_api_sampling_fields(const cJSON *obj, const char *prefix, bool logit_bias, sy_gen_params *p,
                            sy_api_error *e) {
     double d;
@@ -72,14 +111,7 @@ int sy_api_sampling_fields(const cJSON *obj, const char *prefix, bool logit_bias
     if (present) p->sampling.xtc_probability = (float)d;
     if (sy_json_get_number(obj, prefix, "xtc_threshold", 0, 1, &d, &present, e) != 0) return -1;
     if (present) p->sampling.xtc_threshold = (float)d;
-    /* DRY changes the output; until it is implemented a request that turns it on is refused, never ignored */
-    if (sy_json_get_number(obj, prefix, "dry_multiplier", 0, 1e6, &d, &present, e) != 0) return -1;
-    if (present && d > 0) {
-        char name[64];
-        snprintf(name, sizeof name, "%sdry_multiplier", prefix ? prefix : "");
-        return sy_api_fail(e, 400, "unsupported_parameter", name,
-                           "%s: DRY sampling is not implemented (set it to 0 or leave it out)", name);
-    }
+    if (parse_dry(obj, prefix, p, e) != 0) return -1;
     if (logit_bias) {
         char name[64];
         snprintf(name, sizeof name, "%slogit_bias", prefix ? prefix : "");

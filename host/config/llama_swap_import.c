@@ -323,7 +323,11 @@ static bool import_native(imp *x, const char *name, const char *path, const char
                                                     {"-s", "seed"}, {"-n", "max_tokens"}, {"--n-predict", "max_tokens"},
                                                     {"--typical", "typical_p"}, {"--repeat-last-n", "repeat_last_n"},
                                                     {"--xtc-probability", "xtc_probability"},
-                                                    {"--xtc-threshold", "xtc_threshold"}};
+                                                    {"--xtc-threshold", "xtc_threshold"},
+                                                    {"--dry-multiplier", "dry_multiplier"},
+                                                    {"--dry-base", "dry_base"},
+                                                    {"--dry-allowed-length", "dry_allowed_length"},
+                                                    {"--dry-penalty-last-n", "dry_penalty_last_n"}};
     /* the sampling flags found, as the model's request defaults (config/request_params.h) */
     const char *defaults[sizeof sampling_flags / sizeof *sampling_flags][2];
     size_t n_defaults = 0;

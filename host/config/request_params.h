@@ -23,7 +23,8 @@ typedef enum sy_request_param_type {
     SY_PARAM_NUMBER = 0,  /* a JSON number */
     SY_PARAM_INTEGER,     /* a whole JSON number */
     SY_PARAM_STOP,        /* one stop string, or a JSON array of them */
-    SY_PARAM_TEXT         /* a string (system_prompt) */
+    SY_PARAM_TEXT,        /* a string (system_prompt) */
+    SY_PARAM_STRINGS      /* a JSON array of strings (dry_sequence_breakers) */
 } sy_request_param_type;
 
 typedef struct sy_config_request_param {

@@ -21,6 +21,11 @@ struct sy_sampler {
     uint32_t *counts;   /* per-token counts for the penalties */
     float *last_logits; /* the last penalised logits (for logprobs; their log-sum-exp is computed when asked) */
     sy_logit_bias *bias; /* a copy of params.logit_bias */
+    sy_dry_breakers dry; /* a copy of params.dry_breakers */
+    int32_t *dry_z;      /* DRY scratch, window entries: Z-function of the reversed window, then repeat lengths */
+    size_t dry_z_cap;
+    int32_t *dry_max_repeat; /* n_vocab entries, -1: the longest repetition each token would extend */
+    int32_t *dry_touched;    /* the tokens set in dry_max_repeat, to reset them */
 };
 
 sy_sampler_params sy_sampler_defaults(void) {
@@ -35,11 +40,40 @@ sy_sampler_params sy_sampler_defaults(void) {
     p.typical_p = 1.0f;
     p.xtc_probability = 0.0f;
     p.xtc_threshold = 0.1f;
+    p.dry_multiplier = 0.0f;
+    p.dry_base = 1.75f;
+    p.dry_allowed_length = 2;
+    p.dry_penalty_last_n = 64;
     return p;
 }
 
+int sy_sampler_dry_enabled(const sy_sampler_params *p) {
+    return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+}
+
 int sy_sampler_needs_host(const sy_sampler_params *p) {
-    return (p->typical_p > 0.0f && p->typical_p < 1.0f) || p->xtc_probability > 0.0f || p->n_logit_bias > 0;
+    return (p->typical_p > 0.0f && p->typical_p < 1.0f) || p->xtc_probability > 0.0f || p->n_logit_bias > 0 ||
+           sy_sampler_dry_enabled(p);
+}
+
+void sy_dry_breakers_copy(sy_dry_breakers *dst, const sy_dry_breakers *src) {
+    memset(dst, 0, sizeof *dst);
+    if (src == NULL || src->n_sequences == 0) return;
+    dst->sequences = sy_xmalloc(src->n_sequences * sizeof *dst->sequences);
+    memcpy(dst->sequences, src->sequences, src->n_sequences * sizeof *dst->sequences);
+    dst->n_sequences = src->n_sequences;
+    if (src->n_tails > 0) {
+        dst->tails = sy_xmalloc(src->n_tails * sizeof *dst->tails);
+        memcpy(dst->tails, src->tails, src->n_tails * sizeof *dst->tails);
+    }
+    dst->n_tails = src->n_tails;
+}
+
+void sy_dry_breakers_free(sy_dry_breakers *b) {
+    if (b == NULL) return;
+    free(b->sequences);
+    free(b->tails);
+    memset(b, 0, sizeof *b);
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -86,6 +120,13 @@ sy_sampler *sy_sampler_create(const sy_sampler_params *params, uint32_t n_vocab)
         memcpy(s->bias, params->logit_bias, nb * sizeof *s->bias);
     }
     s->params.logit_bias = s->bias;
+    sy_dry_breakers_copy(&s->dry, params->dry_breakers);
+    s->params.dry_breakers = &s->dry;
+    if (sy_sampler_dry_enabled(params)) {
+        s->dry_max_repeat = sy_xmalloc((size_t)n_vocab * sizeof *s->dry_max_repeat);
+        for (uint32_t i = 0; i < n_vocab; i++) s->dry_max_repeat[i] = -1;
+        s->dry_touched = sy_xmalloc((size_t)n_vocab * sizeof *s->dry_touched);
+    }
     return s;
 }
 
@@ -95,6 +136,10 @@ void sy_sampler_free(sy_sampler *s) {
     free(s->counts);
     free(s->last_logits);
     free(s->bias);
+    sy_dry_breakers_free(&s->dry);
+    free(s->dry_z);
+    free(s->dry_max_repeat);
+    free(s->dry_touched);
     free(s);
 }
 
@@ -136,6 +181,100 @@ static void apply_penalties(sy_sampler *s, float *logits, const int32_t *history
         l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
         logits[t] = l;
         s->counts[t] = 0; /* each distinct token once; also resets the counts for the next call */
+    }
+}
+
+/* The range of breaker sequences whose head is token: [*first, return). */
+static uint32_t dry_heads(const sy_dry_breakers *b, int32_t token, uint32_t *first) {
+    uint32_t lo = 0, hi = b->n_sequences;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (b->sequences[mid].head < token) lo = mid + 1;
+        else hi = mid;
+    }
+    *first = lo;
+    while (hi < b->n_sequences && b->sequences[hi].head == token) hi++;
+    return hi;
+}
+
+/* llama.cpp's DRY over the last tokens of history (the window). With r the window reversed (r[0] the last token):
+ * 1. the repetition limit: the distance back to the nearest complete breaker sequence (its head found at r[i],
+ *    its tail before it in the text), so a repetition never spans a breaker;
+ * 2. for every k, how many tokens r[k..] shares with r[0..] (the Z-function of r), capped at the limit: the text
+ *    ending k tokens back repeats the end of the window for that many tokens;
+ * 3. the token that followed that earlier occurrence (r[k-1]) would extend the repetition: each token keeps the
+ *    longest such length that reaches dry_allowed_length;
+ * 4. those tokens, but for single-token breakers, lose multiplier * base ^ (length - allowed_length), the exponent
+ *    capped where a float would overflow. */
+static void apply_dry(sy_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    const sy_sampler_params *p = &s->params;
+    if (!sy_sampler_dry_enabled(p) || s->dry_max_repeat == NULL) return;
+    size_t window = n_history;
+    if (p->dry_penalty_last_n > 0 && window > (size_t)p->dry_penalty_last_n) window = (size_t)p->dry_penalty_last_n;
+    if (window > INT32_MAX) window = INT32_MAX;
+    int32_t allowed = p->dry_allowed_length < 0 ? 0 : p->dry_allowed_length;
+    if (window <= (size_t)allowed) return;
+    const int32_t *h = history + (n_history - window);
+    int32_t w = (int32_t)window;
+#define DRY_R(i) h[w - 1 - (i)]
+    const sy_dry_breakers *b = &s->dry;
+    int32_t limit = w;
+    for (int32_t i = 0; i < w && b->n_sequences > 0; i++) {
+        uint32_t first, end = dry_heads(b, DRY_R(i), &first);
+        int32_t longest = -1;
+        for (uint32_t q = first; q < end; q++) {
+            const sy_dry_sequence *seq = &b->sequences[q];
+            int32_t len = (int32_t)seq->tail_len;
+            if (len <= longest || len > i) continue;
+            bool match = true;
+            for (int32_t j = 0; j < len && match; j++) match = b->tails[seq->tail_offset + (uint32_t)j] == DRY_R(i - j - 1);
+            if (match) longest = len;
+        }
+        if (longest >= 0) {
+            limit = i - longest;
+            break;
+        }
+    }
+    if (limit < allowed) return;
+    if (s->dry_z_cap < window) {
+        free(s->dry_z);
+        s->dry_z = sy_xmalloc(window * sizeof *s->dry_z);
+        s->dry_z_cap = window;
+    }
+    int32_t *z = s->dry_z;
+    z[0] = 0; /* the whole window matches itself: not a repetition */
+    for (int32_t k = 1, lt = 0, rt = 0; k < w; k++) { /* rt: one past the rightmost match box [lt, rt) */
+        int32_t n = 0;
+        if (k < rt) n = z[k - lt] < rt - k ? z[k - lt] : rt - k;
+        while (k + n < w && DRY_R(n) == DRY_R(k + n)) n++;
+        z[k] = n;
+        if (k + n > rt) lt = k, rt = k + n;
+    }
+    uint32_t n_touched = 0;
+    for (int32_t k = 1; k < w; k++) {
+        int32_t len = z[k] < limit ? z[k] : limit;
+        if (len < allowed) continue;
+        int32_t t = DRY_R(k - 1);
+        if (t < 0 || (uint32_t)t >= s->n_vocab) continue;
+        if (s->dry_max_repeat[t] < 0) s->dry_touched[n_touched++] = t;
+        if (s->dry_max_repeat[t] < len) s->dry_max_repeat[t] = len;
+    }
+#undef DRY_R
+    int max_exponent = 0;
+    if (p->dry_base > 1.000001f) max_exponent = (int)(88.7228391f / logf(p->dry_base));
+    for (uint32_t i = 0; i < n_touched; i++) {
+        int32_t t = s->dry_touched[i];
+        int32_t len = s->dry_max_repeat[t];
+        s->dry_max_repeat[t] = -1;
+        uint32_t first, end = dry_heads(b, t, &first);
+        bool single_token_breaker = false;
+        for (uint32_t q = first; q < end && !single_token_breaker; q++) single_token_breaker = b->sequences[q].tail_len == 0;
+        if (single_token_breaker) continue;
+        int exponent = len - allowed;
+        if (max_exponent > 0 && exponent > max_exponent) exponent = max_exponent;
+        /* as llama.cpp computes it: std::pow(float, int) is a double */
+        float penalty = (float)((double)p->dry_multiplier * pow((double)p->dry_base, exponent));
+        logits[t] -= penalty;
     }
 }
 
@@ -243,6 +382,7 @@ static int32_t run_chain(sy_sampler *s, float *logits, const int32_t *history, s
         logits[t] += p->logit_bias[i].bias; /* -INFINITY removes it; -100, as in llama.cpp, all but does */
     }
     apply_penalties(s, logits, history, n_history);
+    apply_dry(s, logits, history, n_history);
     /* After the penalties, which may push a huge logit to infinity. */
     if (sy_logits_sanitize(logits, n) == 0) {
         memcpy(s->last_logits, logits, (size_t)n * sizeof *logits);

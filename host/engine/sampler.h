@@ -14,6 +14,22 @@ typedef struct sy_logit_bias {
 } sy_logit_bias;
 #define SY_MAX_LOGIT_BIAS 1024
 
+/* DRY's sequence breakers as token sequences (llama.cpp's "restart sequences"): a head token and the tokens that
+ * must follow it, tail_len of them from tails[tail_offset]. A head with an empty tail is a token whose text holds a
+ * whole breaker; a longer one is a token ending with a breaker's beginning followed by the tokenized rest. Built
+ * from breaker strings with a vocabulary by sy_dry_breakers_build (engine/dry_breakers.h). */
+typedef struct sy_dry_sequence {
+    int32_t head;
+    uint32_t tail_offset, tail_len;
+} sy_dry_sequence;
+typedef struct sy_dry_breakers {
+    sy_dry_sequence *sequences; /* sorted by head */
+    uint32_t n_sequences;
+    int32_t *tails;
+    uint32_t n_tails;
+} sy_dry_breakers;
+#define SY_DRY_MAX_TAIL 20 /* llama.cpp's MAX_SEQ_LEN: tails are cut there, which keeps the scan linear */
+
 typedef struct sy_sampler_params {
     float temperature;       /* <= 0: greedy */
     uint32_t top_k;          /* 0: off */
@@ -30,13 +46,21 @@ typedef struct sy_sampler_params {
     float xtc_threshold;     /* ... of removing every candidate above this probability but the least likely; > 0.5: off */
     const sy_logit_bias *logit_bias; /* n_logit_bias entries (at most SY_MAX_LOGIT_BIAS); the caller keeps them */
     uint32_t n_logit_bias;
+    /* DRY ("don't repeat yourself", llama.cpp's): a token that would extend a repetition of at least
+     * dry_allowed_length tokens found in the last dry_penalty_last_n loses dry_multiplier * dry_base ^ (length -
+     * dry_allowed_length) from its logit; repetitions do not reach back across a sequence breaker. */
+    float dry_multiplier;       /* 0: off */
+    float dry_base;             /* below 1: off */
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n; /* -1: the whole context; 0: off */
+    const sy_dry_breakers *dry_breakers; /* NULL: none; the sampler copies them */
 } sy_sampler_params;
 
 /* Whether the parameters need more than temperature, top-k, top-p and min-p (which engines may sample alone). */
 int sy_sampler_needs_host(const sy_sampler_params *p);
 
 /* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, typical-p 1, XTC off (threshold 0.1),
- * no penalties. */
+ * DRY off (base 1.75, allowed length 2, last 64 tokens), no penalties. */
 sy_sampler_params sy_sampler_defaults(void);
 
 typedef struct sy_sampler sy_sampler;
@@ -65,6 +89,12 @@ uint32_t sy_logits_sanitize(float *logits, uint32_t n);
  * log-probability of `token` under the softmax of the (penalised) logits at temperature 1. One pass over the
  * vocabulary per call (sampling itself does not compute the softmax when it is greedy). */
 double sy_sampler_last_logprob(const sy_sampler *s, int32_t token);
+
+/* Copy and free a breaker set (the copy of NULL or an empty set is an empty set). */
+void sy_dry_breakers_copy(sy_dry_breakers *dst, const sy_dry_breakers *src);
+void sy_dry_breakers_free(sy_dry_breakers *b);
+/* Whether DRY is on with these parameters (llama.cpp: multiplier not 0, base at least 1, last_n not 0). */
+int sy_sampler_dry_enabled(const sy_sampler_params *p);
 
 /* Greedy choice: the highest logit, the lowest id on ties. */
 int32_t sy_argmax(const float *logits, uint32_t n);

@@ -50,6 +50,7 @@ struct sy_gen {
     sy_gen_params params;
     char *stop[SY_GEN_MAX_STOP_STRINGS]; /* owned copies; params.stop points at them */
     sy_logit_bias *logit_bias;           /* owned copy; params.sampling.logit_bias points at it */
+    sy_dry_breakers dry_breakers;        /* DRY's breakers as token sequences; params.sampling.dry_breakers */
     size_t stop_len[SY_GEN_MAX_STOP_STRINGS];
     int stop_index; /* the stop string that matched, or -1 */
     sy_gen_callback callback;
@@ -185,6 +186,7 @@ static bool device_sampling_fits(const sy_scheduler *s, const sy_gen *g) {
 
 static void gen_free(sy_gen *g) {
     free(g->logit_bias);
+    sy_dry_breakers_free(&g->dry_breakers);
     for (size_t i = 0; i < SY_GEN_MAX_STOP_STRINGS; i++) free(g->stop[i]);
     for (size_t i = 0; i < SY_GEN_MAX_TRIGGERS; i++) free(g->trigger_words[i]);
     sy_grammar_state_free(g->gstate);
@@ -350,8 +352,13 @@ static int check_params(const sy_scheduler *s, const sy_gen_params *p, char *err
     const sy_sampler_params *sp = &p->sampling;
     if (!finite_param(sp->temperature) || !finite_param(sp->top_p) || !finite_param(sp->min_p) ||
         !finite_param(sp->repeat_penalty) || !finite_param(sp->presence_penalty) ||
-        !finite_param(sp->frequency_penalty))
+        !finite_param(sp->frequency_penalty) || !finite_param(sp->dry_multiplier) || !finite_param(sp->dry_base))
         return refuse(err, err_size, http, 400, "sampling parameters must be finite numbers");
+    if (sp->dry_allowed_length < 0 || sp->dry_penalty_last_n < -1)
+        return refuse(err, err_size, http, 400, "dry_allowed_length must be 0 or more and dry_penalty_last_n -1 or more");
+    if (p->n_dry_breakers > SY_DRY_MAX_BREAKERS)
+        return refuse(err, err_size, http, 400, "%zu DRY sequence breakers given, at most %d", p->n_dry_breakers,
+                      SY_DRY_MAX_BREAKERS);
     if (p->n_stop > SY_GEN_MAX_STOP_STRINGS)
         return refuse(err, err_size, http, 400, "%zu stop strings given, at most %d", p->n_stop,
                       SY_GEN_MAX_STOP_STRINGS);
@@ -422,6 +429,16 @@ static int gen_constrain(sy_scheduler *s, sy_gen *g, const sy_gen_constraint *c,
     return 0;
 }
 
+/* The vocabulary as DRY's breaker builder reads it. */
+static long dry_token_text(void *user, int32_t token, char **buf, size_t *cap) {
+    return sy_loaded_model_token_bytes(user, token, buf, cap);
+}
+
+static int32_t *dry_tokenize(void *user, const char *text, size_t len, size_t *n) {
+    char err[256];
+    return sy_loaded_model_tokenize(user, text, len, 0, n, err, sizeof err);
+}
+
 sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_prompt, const sy_gen_params *params,
                             sy_gen_callback callback, void *user, char *err, size_t err_size, int *http_status) {
     if (s == NULL || callback == NULL || (prompt == NULL && n_prompt > 0)) {
@@ -467,6 +484,21 @@ sy_gen *sy_scheduler_submit(sy_scheduler *s, const int32_t *prompt, size_t n_pro
     }
     g->params.sampling.logit_bias = g->logit_bias;
     g->params.sampling.n_logit_bias = n_bias;
+    g->params.sampling.dry_breakers = NULL;
+    for (size_t i = 0; i < SY_DRY_MAX_BREAKERS; i++) g->params.dry_breakers[i] = NULL; /* not kept past submit */
+    g->params.n_dry_breakers = 0;
+    if (sy_sampler_dry_enabled(&params->sampling)) {
+        const char *const *strings = params->n_dry_breakers > 0 ? params->dry_breakers : sy_dry_default_breakers;
+        size_t n_strings = params->n_dry_breakers > 0 ? params->n_dry_breakers : 4;
+        sy_dry_vocab v = {s->n_vocab, dry_token_text, dry_tokenize, (void *)s->lm};
+        char why[256] = "";
+        if (sy_dry_breakers_build(&v, strings, n_strings, &g->dry_breakers, why, sizeof why) != 0) {
+            gen_free(g);
+            refuse(err, err_size, http_status, 400, "dry_sequence_breakers: %s", why);
+            return NULL;
+        }
+        g->params.sampling.dry_breakers = &g->dry_breakers;
+    }
     size_t n_stop = 0;
     for (size_t i = 0; i < params->n_stop; i++) {
         size_t len = strlen(params->stop[i]);

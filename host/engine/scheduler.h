@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "plugins/loaded_model.h"
+#include "engine/dry_breakers.h"
 #include "engine/sampler.h"
 
 #define SY_GEN_MAX_STOP_STRINGS 16
@@ -55,6 +56,10 @@ typedef struct sy_gen_params {
      * the grammar can take nothing more (or at an end-of-generation token where the grammar is complete), with
      * "length" at max_tokens, and with ERROR when a grammar step hits a resource limit. */
     sy_gen_constraint constraint;
+    /* DRY's sequence breakers (sampling.dry_*), tokenized over the model's vocabulary at submit; none given: llama.cpp's
+     * defaults "\n", ":", "\"", "*". At most SY_DRY_MAX_BREAKERS of 1 to SY_DRY_MAX_BREAKER_BYTES bytes. */
+    const char *dry_breakers[SY_DRY_MAX_BREAKERS];
+    size_t n_dry_breakers;
 } sy_gen_params;
 
 sy_gen_params sy_gen_params_defaults(void);

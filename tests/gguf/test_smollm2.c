@@ -23,6 +23,8 @@
 #include "chat/chat_template.h"
 
 #include "gguf_engine_util.h"
+#include "../host/dry_fixture.h"
+#include "engine/dry_breakers.h"
 
 #define SKIP_CODE 77
 
@@ -205,6 +207,63 @@ static void test_chat_answers_match_llama_cpp(void **state) {
     free(eos);
 }
 
+/* The vocabulary through the engine, as the scheduler hands the loaded model's to the DRY breaker builder. */
+static long dry_token_text(void *user, int32_t token, char **buf, size_t *cap) {
+    (void)user;
+    size_t n = 0;
+    if (*buf == NULL || *cap < 64) {
+        *cap = 256;
+        *buf = realloc(*buf, *cap);
+    }
+    sy_status st = engine.api->token_to_bytes(model, token, *buf, *cap, &n);
+    if (st == SY_ERR_BUFFER_TOO_SMALL) {
+        *cap = n + 1;
+        *buf = realloc(*buf, *cap);
+        st = engine.api->token_to_bytes(model, token, *buf, *cap, &n);
+    }
+    return st == SY_OK ? (long)n : -1;
+}
+
+static int32_t *dry_tokenize(void *user, const char *text, size_t len, size_t *n) {
+    (void)user;
+    size_t cap = len + 16;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (engine.api->tokenize(model, text, len, 0, ids, cap, n) != SY_OK) {
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+/* DRY with breakers given as text (tests/fixtures/sampler/llama-dry.json, its "text" cases): the host's breaker
+ * builder over SmolLM2's vocabulary gives the token sequences llama.cpp derives, breakers spanning tokens
+ * ("User:", "###", " mat.", "three\nkey") included, so the penalties after the same histories are llama.cpp's. */
+static void test_dry_breakers_match_llama_cpp(void **state) {
+    (void)state;
+    cJSON *doc = gt_load_json("tests/fixtures/sampler/llama-dry.json");
+    assert_non_null(doc);
+    uint32_t n_vocab = gt_n_vocab(&engine, model);
+    sy_dry_vocab v = {n_vocab, dry_token_text, dry_tokenize, NULL};
+    const cJSON *c;
+    int n_cases = 0, bad = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        if (strcmp(cJSON_GetObjectItem(c, "kind")->valuestring, "text") != 0) continue;
+        const char *strings[SY_DRY_MAX_BREAKERS];
+        size_t n = 0;
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(c, "breakers")) strings[n++] = b->valuestring;
+        sy_dry_breakers breakers;
+        char err[256];
+        assert_int_equal(sy_dry_breakers_build(&v, strings, n, &breakers, err, sizeof err), 0);
+        bad += dry_fixture_check(c, &breakers, n_vocab, n_cases);
+        sy_dry_breakers_free(&breakers);
+        n_cases++;
+    }
+    assert_int_equal(bad, 0);
+    assert_true(n_cases >= 20);
+    cJSON_Delete(doc);
+}
+
 int main(void) {
     if (!find_model()) {
         printf("skipped: SmolLM2-135M-Instruct.Q4_1.gguf not found (set SY_SMOLLM2_GGUF, or "
@@ -215,6 +274,7 @@ int main(void) {
         cmocka_unit_test(test_model_is_the_recorded_one),
         cmocka_unit_test(test_tokenizer_matches_llama_cpp),
         cmocka_unit_test(test_chat_answers_match_llama_cpp),
+        cmocka_unit_test(test_dry_breakers_match_llama_cpp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

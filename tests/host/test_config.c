@@ -1104,6 +1104,21 @@ static void test_request_params(void **state) {
     cfg = parse(MODEL_HEAD("a") "defaults.stop = [1]\n");
     assert_error_containing(cfg, "stop must be one string or a JSON array");
     sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.dry_multiplier = 0.8\ndefaults.dry_sequence_breakers = [\"\\n\", \"User:\"]\n"
+                                "set_params.dry_penalty_last_n = -1\n");
+    assert_non_null(cfg);
+    assert_int_equal(cfg->n_errors, 0);
+    assert_string_equal(sy_config_find_model(cfg, "a")->request_params[1].key, "dry_sequence_breakers");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.dry_sequence_breakers = []\n");
+    assert_error_containing(cfg, "dry_sequence_breakers must be a JSON array of 1 to 64 strings of 1 to 40 bytes");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "defaults.dry_sequence_breakers = [\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"]\n");
+    assert_error_containing(cfg, "dry_sequence_breakers must be");
+    sy_config_free(cfg);
+    cfg = parse(MODEL_HEAD("a") "set_params.dry_allowed_length = -1\n");
+    assert_error_containing(cfg, "dry_allowed_length must be a whole number from 0");
+    sy_config_free(cfg);
     cfg = parse(MODEL_HEAD("a") "defaults.top_p = 0.5\ndefaults.top_p = 0.6\n");
     assert_error_containing(cfg, "given twice (first at line 4)");
     sy_config_free(cfg);

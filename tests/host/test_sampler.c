@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "dry_fixture.h"
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,6 +246,77 @@ static void chain_matches_llama_cpp(void **state) {
     cJSON_Delete(doc);
 }
 
+static int by_head(const void *a, const void *b) {
+    const sy_dry_sequence *x = a, *y = b;
+    return (x->head > y->head) - (x->head < y->head);
+}
+
+/* llama.cpp's DRY (tests/fixtures/sampler/llama-dry.json, its "token" cases: breakers given as token sequences):
+ * the same logits after it for repetitive histories, over allowed lengths, bases, windows and breakers that
+ * span several tokens, and a repetition long enough that the exponent's cap decides. */
+static void dry_matches_llama_cpp(void **state) {
+    (void)state;
+    const char *src = getenv("SY_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/sampler/llama-dry.json", src ? src : ".");
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 21];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    const cJSON *c;
+    int n_cases = 0, bad = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+        if (strcmp(cJSON_GetObjectItem(c, "kind")->valuestring, "token") != 0) continue;
+        sy_dry_sequence seq[8];
+        int32_t tails[32];
+        sy_dry_breakers b = {seq, 0, tails, 0};
+        const cJSON *br;
+        cJSON_ArrayForEach(br, cJSON_GetObjectItem(c, "breakers")) {
+            int n = cJSON_GetArraySize(br);
+            seq[b.n_sequences] = (sy_dry_sequence){(int32_t)cJSON_GetArrayItem(br, 0)->valuedouble, b.n_tails,
+                                                   (uint32_t)(n - 1)};
+            for (int i = 1; i < n; i++) tails[b.n_tails++] = (int32_t)cJSON_GetArrayItem(br, i)->valuedouble;
+            b.n_sequences++;
+        }
+        qsort(seq, b.n_sequences, sizeof *seq, by_head);
+        bad += dry_fixture_check(c, &b, (uint32_t)cJSON_GetArraySize(cJSON_GetObjectItem(c, "ids")), n_cases);
+        n_cases++;
+    }
+    assert_int_equal(bad, 0);
+    assert_true(n_cases >= 50);
+    cJSON_Delete(doc);
+}
+
+/* DRY's window: -1 reads the whole history, as a window as long as the history does; 0 turns it off. */
+static void dry_window_whole_history_and_off(void **state) {
+    (void)state;
+    int32_t h[40];
+    for (int i = 0; i < 40; i++) h[i] = i % 4; /* 0 1 2 3 0 1 2 3 ... : 0 would extend the repetition */
+    sy_sampler_params p = plain(1.0f, 1);
+    p.dry_multiplier = 1.0f;
+    p.dry_penalty_last_n = -1;
+    float whole[4] = {0, 0, 0, 0}, sized[4] = {0, 0, 0, 0}, off[4] = {0, 0, 0, 0};
+    sy_sampler *s = sy_sampler_create(&p, 4);
+    (void)sy_sampler_sample(s, whole, h, 40);
+    sy_sampler_free(s);
+    p.dry_penalty_last_n = 40;
+    s = sy_sampler_create(&p, 4);
+    (void)sy_sampler_sample(s, sized, h, 40);
+    sy_sampler_free(s);
+    assert_memory_equal(whole, sized, sizeof whole);
+    assert_true(whole[0] < -1.0f && whole[1] == 0.0f); /* only the token that continues it */
+    p.dry_penalty_last_n = 0;
+    assert_false(sy_sampler_dry_enabled(&p));
+    s = sy_sampler_create(&p, 4);
+    (void)sy_sampler_sample(s, off, h, 40);
+    sy_sampler_free(s);
+    assert_true(off[0] == 0.0f);
+}
+
 /* logit_bias adds to the logit: -100 all but bans (a greedy choice moves to the next best), -inf removes. */
 static void logit_bias_bans_and_shifts(void **state) {
     (void)state;
@@ -321,6 +394,8 @@ int main(void) {
         cmocka_unit_test(logprob_is_log_softmax),
         cmocka_unit_test(chain_matches_llama_cpp),
         cmocka_unit_test(logit_bias_bans_and_shifts),
+        cmocka_unit_test(dry_matches_llama_cpp),
+        cmocka_unit_test(dry_window_whole_history_and_off),
         cmocka_unit_test(nan_and_infinite_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,6 +42,9 @@ def main_config():
              "group = coder\n\n")
     if SMOL:
         text += f"[model.smol]\nplugin = gguf-quant\npath = {SMOL}\ngroup = smol\naliases = smollm2\n\n"
+        text += (f"[model.smoldry]\nplugin = gguf-quant\npath = {SMOL}\ngroup = smol\n"
+                 "defaults.dry_multiplier = 2.0\ndefaults.dry_penalty_last_n = -1\n"
+                 "defaults.dry_sequence_breakers = [\" banana\"]\n\n")
     return text
 
 
@@ -129,7 +132,8 @@ def t_ollama_options(srv):
                                                         "num_predict": 2, "mirostat": 0, "tfs_z": 1})
     check(r.done, f"load-time options: {r}")
     for opts, name in (({"mirostat": 2}, "mirostat"), ({"tfs_z": 0.5}, "tfs_z"), ({"bogus": 1}, "bogus"),
-                       ({"dry_multiplier": 0.8}, "dry_multiplier")):
+                       ({"dry_multiplier": -1}, "dry_multiplier"), ({"dry_sequence_breakers": []},
+                                                                     "dry_sequence_breakers")):
         try:
             o.generate(model="alpha", prompt="Hi", options=opts)
             raise CheckFailed(f"options {opts} accepted")
@@ -138,6 +142,11 @@ def t_ollama_options(srv):
     r = o.generate(model="alpha", prompt="Hi", options={"typical_p": 0.5, "xtc_probability": 0.5,
                                                         "xtc_threshold": 0.1, "num_predict": 4, "seed": 3})
     check(r.eval_count == 4, f"typical_p and XTC: {r}")
+    r = o.generate(model="alpha", prompt="Hi", options={"dry_multiplier": 0.8, "dry_base": 1.75,
+                                                        "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+                                                        "dry_sequence_breakers": ["\n", "User:"],
+                                                        "num_predict": 4, "seed": 3})
+    check(r.eval_count == 4, f"DRY options: {r}")
 
 
 def t_llama_server_extras(srv):
@@ -214,6 +223,119 @@ def t_openai_n_and_logit_bias(srv):
         r2 = c.completions.create(model="smol", prompt="The capital of France is", max_tokens=1, temperature=0,
                                   logit_bias={str(paris["tokens"][0]): -100})
         check(r2.choices[0].text != r.choices[0].text, f"smol logit_bias: {r.choices[0].text!r}")
+
+
+def stream_chat_choices(c, **kw):
+    """A streamed chat with n choices: each index's text, finish_reason and finish count, the usage, and the
+    order of the indexes as the chunks came."""
+    texts, finishes, order, usage = {}, {}, [], None
+    for chunk in c.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            order.append(ch.index)
+            texts.setdefault(ch.index, "")
+            if ch.delta and ch.delta.content:
+                texts[ch.index] += ch.delta.content
+            if ch.finish_reason:
+                check(ch.index not in finishes, f"choice {ch.index} finished twice")
+                finishes[ch.index] = ch.finish_reason
+    return texts, finishes, order, usage
+
+
+def t_openai_n_streaming(srv):
+    c = srv.openai()
+    models = ["alpha"] + (["smol"] if SMOL else [])
+    if not SMOL:
+        print("  (SY_SMOLLM2_GGUF unset: n streamed on SmolLM2 is skipped)")
+    for model in models:
+        kw = dict(model=model, messages=[{"role": "user", "content": "Tell me a short story about a cat."}], n=3,
+                  max_tokens=24, seed=5, temperature=1.0)
+        texts, finishes, order, usage = stream_chat_choices(c, **kw)
+        check(sorted(texts) == [0, 1, 2] and sorted(finishes) == [0, 1, 2], f"{model}: streamed n=3: {texts} {finishes}")
+        check(all(texts[i] for i in range(3)) and all(f in ("stop", "length") for f in finishes.values()),
+              f"{model}: a streamed choice is empty or unfinished: {texts} {finishes}")
+        whole = c.chat.completions.create(**kw)
+        for ch in whole.choices:
+            check(texts[ch.index] == ch.message.content and finishes[ch.index] == ch.finish_reason,
+                  f"{model}: streamed choice {ch.index} {texts[ch.index]!r} ({finishes[ch.index]}) is not the "
+                  f"collected one {ch.message.content!r} ({ch.finish_reason})")
+        check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens and
+              usage.prompt_tokens == whole.usage.prompt_tokens, f"{model}: streamed usage {usage} vs {whole.usage}")
+        print(f"  {model}: 3 streamed choices equal the collected ones; chunk order {''.join(map(str, order[:40]))}...")
+    # a client that leaves a streamed n = 3 early: every choice is cancelled and the slots serve the next request
+    stream = c.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "Go on."}], n=3,
+                                       max_tokens=400, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 5:
+            break
+    stream.close()
+    r = c.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "Hi"}], n=3, max_tokens=4)
+    check(len(r.choices) == 3, f"after a client left a streamed n = 3: {r}")
+    # completions: n streamed, each choice the collected one
+    kw = dict(model=models[-1], prompt="Once upon a time", n=2, max_tokens=12, seed=9, temperature=1.0)
+    texts, finishes = {}, {}
+    for chunk in c.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + ch.text
+            if ch.finish_reason:
+                finishes[ch.index] = ch.finish_reason
+    whole = c.completions.create(**kw)
+    check(sorted(finishes) == [0, 1] and [texts[ch.index] for ch in whole.choices] == [ch.text for ch in whole.choices],
+          f"completions n=2 streamed {texts} vs {[ch.text for ch in whole.choices]}")
+
+
+def t_dry(srv):
+    c = srv.openai()
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = c.chat.completions.create(model="alpha", messages=msgs, max_tokens=4, seed=1,
+                                  extra_body={"dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2,
+                                              "dry_penalty_last_n": 64, "dry_sequence_breakers": ["\n", ":"]})
+    check(r.choices[0].message.content is not None, "DRY fields on chat")
+    for body, name in (({"dry_multiplier": -0.5}, "dry_multiplier"), ({"dry_allowed_length": -1}, "dry_allowed_length"),
+                       ({"dry_penalty_last_n": -2}, "dry_penalty_last_n"),
+                       ({"dry_sequence_breakers": []}, "dry_sequence_breakers"),
+                       ({"dry_sequence_breakers": "\n"}, "dry_sequence_breakers"),
+                       ({"dry_sequence_breakers": [""]}, "dry_sequence_breakers"),
+                       ({"dry_sequence_breakers": ["x" * 41]}, "dry_sequence_breakers"),
+                       ({"dry_sequence_breakers": [7]}, "dry_sequence_breakers"),
+                       ({"dry_sequence_breakers": ["a"] * 65}, "dry_sequence_breakers")):
+        try:
+            c.completions.create(model="alpha", prompt="abc", max_tokens=1, extra_body=dict(body, dry_multiplier=0.8)
+                                 if name != "dry_multiplier" else body)
+            raise CheckFailed(f"{body} accepted")
+        except openai.BadRequestError as e:
+            check(e.body["param"] == name and name in e.body["message"], f"{body}: {e.body}")
+    status, _, r = post(srv.base + "/infill", {"model": "coder", "input_prefix": "def f(", "input_suffix": "):",
+                                               "n_predict": 2, "dry_multiplier": 0.8,
+                                               "dry_sequence_breakers": ["("]})
+    check(status == 200, f"/infill with DRY: {status} {r}")
+    if not SMOL:
+        print("  (SY_SMOLLM2_GGUF unset: DRY on SmolLM2 is skipped)")
+        return
+    # greedy on a text that invites repeating it: DRY changes what comes, the same through OpenAI and Ollama
+    prompt = "apple banana cherry apple banana cherry apple banana cherry apple banana cherry apple"
+    plain = c.completions.create(model="smol", prompt=prompt, max_tokens=12, temperature=0)
+    dry = dict(dry_multiplier=2.0, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=-1)
+    r = c.completions.create(model="smol", prompt=prompt, max_tokens=12, temperature=0, extra_body=dry)
+    check(r.choices[0].text != plain.choices[0].text, f"DRY left the greedy repetition {plain.choices[0].text!r}")
+    check(" banana cherry" not in r.choices[0].text[:16], f"DRY still repeats: {r.choices[0].text!r}")
+    o = srv.ollama().generate(model="smol", prompt=prompt, raw=True,
+                              options=dict(dry, temperature=0, num_predict=12))
+    check(o.response == r.choices[0].text, f"Ollama's DRY {o.response!r} vs OpenAI's {r.choices[0].text!r}")
+    # a breaker inside the repeated text stops the penalty from reaching across it: a breaker that is the
+    # repeated word itself ("banana", several tokens or one) gives another answer than the defaults
+    r2 = c.completions.create(model="smol", prompt=prompt, max_tokens=12, temperature=0,
+                              extra_body=dict(dry, dry_sequence_breakers=[" banana"]))
+    check(r2.choices[0].text != r.choices[0].text, f"the breaker ' banana' changed nothing: {r2.choices[0].text!r}")
+    # the same as a model's defaults (config: defaults.dry_*, the breakers a JSON array)
+    d = c.completions.create(model="smoldry", prompt=prompt, max_tokens=12, temperature=0)
+    check(d.choices[0].text == r2.choices[0].text, f"defaults.dry_*: {d.choices[0].text!r} vs {r2.choices[0].text!r}")
+    d = c.completions.create(model="smoldry", prompt=prompt, max_tokens=12, temperature=0,
+                             extra_body={"dry_sequence_breakers": ["\n", ":", "\"", "*"]})
+    check(d.choices[0].text == r.choices[0].text, f"a request's breakers over the defaults: {d.choices[0].text!r}")
+    print(f"  smol greedy: {plain.choices[0].text!r} -> DRY {r.choices[0].text!r}, breaker ' banana' "
+          f"{r2.choices[0].text!r}")
 
 
 def t_model_defaults(srv):
@@ -332,7 +454,7 @@ def t_serve_models_dir(_main):
 
 
 TESTS = [t_ollama_version_and_listing, t_ollama_model_management, t_ollama_options, t_llama_server_extras,
-         t_openai_n_and_logit_bias, t_model_defaults, t_fim, t_x_api_key, t_serve_models_dir]
+         t_openai_n_and_logit_bias, t_openai_n_streaming, t_dry, t_model_defaults, t_fim, t_x_api_key, t_serve_models_dir]
 
 
 def main():

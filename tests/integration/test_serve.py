@@ -167,7 +167,7 @@ def t_errors(srv):
     check(status == 413, f"413 (chunked): {status} {body}")
     # Parameters.
     chat = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}
-    for extra, param in (({"n": 17}, "n"), ({"n": 2, "stream": True}, "n"), ({"temperature": "hot"}, "temperature"),
+    for extra, param in (({"n": 17}, "n"), ({"n": 0, "stream": True}, "n"), ({"temperature": "hot"}, "temperature"),
                          ({"temperature": 9}, "temperature"),
                          ({"max_tokens": 0}, "max_tokens"), ({"stop": [1]}, "stop"),
                          ({"top_logprobs": 2}, "top_logprobs"), ({"messages": []}, "messages"),
