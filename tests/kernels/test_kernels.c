@@ -389,6 +389,8 @@ static const matmul_case float_cases[] = {
     {9, 2, 9, 33, 3, 1, 2, 0, 1},      {17, 0, 17, 64, 5, 0, 0, 8, 0},  {13, 3, 11, 127, 7, 5, 3, 2, 1},
     {33, 0, 33, 896, 1, 0, 0, 0, 0},   {20, 4, 19, 1100, 9, 1, 1, 6, 1}, {8, 0, 8, 513, 17, 2, 0, 0, 0},
     {6, 0, 6, 2048, 4, 0, 5, 0, 1},    {4, 2, 2, 32, 3, 0, 0, 0, 0} /* empty row range */,
+    {19, 1, 18, 4100, 17, 1, 2, 0, 1} /* AVX-512 BF16: the batch in two chunks of the stack buffer */,
+    {3, 0, 3, 33000, 2, 0, 0, 2, 0} /* AVX-512 BF16: k past its buffer, the 16-wide tiles */,
 };
 
 static void check_float_matmul(sy_dtype wtype) {
@@ -440,6 +442,23 @@ static void check_float_matmul(sy_dtype wtype) {
                         fail_msg("%s %s case %zu b=%zu r=%zu: %.9g vs scalar %.9g", tiers[t]->name,
                                  sy_dtype_get(wtype)->name, ci, b, r, (double)v, (double)s);
                 }
+            }
+            /* BF16 on the AVX-512 kernel (sy_kernels_bf16_avx512.c, rows up to its buffer): each row of the batch
+             * gives the same bits alone (batch invariance) */
+            bool invariant = wtype == SY_DTYPE_BF16 && tiers[t]->tier >= SY_CPU_TIER_AVX512 &&
+                             mc->k <= SY_BF16_AVX512_MAX_K;
+            if (invariant && mc->row_end > mc->row_begin) {
+                float *Y1 = xmalloc(ldy * sizeof(float));
+                for (size_t b = 0; b < mc->n_batch; b++) {
+                    assert_int_equal(tiers[t]->matmul(wtype, W, row_bytes, mc->row_begin, mc->row_end, mc->k,
+                                                      X + b * ldx, 1, ldx, Y1, ldy),
+                                     SY_KERNEL_OK);
+                    for (size_t r = mc->row_begin; r < mc->row_end; r++)
+                        if (f32_to_bits(Y1[r]) != f32_to_bits(Yt[b * ldy + r]))
+                            fail_msg("%s bf16 case %zu: row %zu of a batch of %zu gives %.9g, alone %.9g",
+                                     tiers[t]->name, ci, b, mc->n_batch, (double)Yt[b * ldy + r], (double)Y1[r]);
+                }
+                free(Y1);
             }
             /* the columns between rows and ldy are never written */
             for (size_t b = 0; b < mc->n_batch; b++)
