@@ -485,6 +485,35 @@ static void test_matmul_bf16(void **state) {
     check_float_matmul(SY_DTYPE_BF16);
 }
 
+/* ---- the tier's one-line description (switchyard plugins) ---- */
+
+static void test_kernels_describe(void **state) {
+    (void)state;
+    char line[200];
+    for (int t = 0; t < SY_CPU_TIER_COUNT_; t++) {
+        const sy_kernels *k = sy_kernels_for_tier((sy_cpu_tier)t);
+        if (k == NULL) continue;
+        sy_kernels_describe(k, line, sizeof line);
+        assert_int_equal(strncmp(line, k->name, strlen(k->name)), 0);
+        assert_non_null(strstr(line, "bf16: "));
+        assert_non_null(strstr(line, "q8_0: "));
+        const char *why = sy_cpu_tier_unavailable_reason(SY_CPU_TIER_AMX);
+        if (t == SY_CPU_TIER_AMX) {
+            assert_null(strstr(line, "amx unavailable"));
+        } else if (why != NULL) { /* the reason itself, from the CPU or the kernel */
+            assert_non_null(strstr(line, "amx unavailable: "));
+            assert_non_null(strstr(line, why));
+        } else {
+            assert_non_null(strstr(line, "amx not used: SY_CPU_TIER forced a lower tier"));
+        }
+    }
+    /* cut to the buffer, NUL-terminated */
+    char tiny[8];
+    sy_kernels_describe(sy_kernels_for_tier(SY_CPU_TIER_SCALAR), tiny, sizeof tiny);
+    assert_int_equal(strlen(tiny), 7);
+    assert_string_equal(sy_kernels_describe(NULL, line, sizeof line), "none");
+}
+
 /* ---- quantized blocks ---- */
 
 typedef struct quant_layout {
@@ -1017,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_kernels_describe),
         cmocka_unit_test(test_matmul_quantized),
         cmocka_unit_test(test_dequant_q4_0_q4_1_q8_0),
         cmocka_unit_test(test_dequant_q5_0_q5_1),
