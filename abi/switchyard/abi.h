@@ -181,6 +181,20 @@ static inline const sy_option_spec *sy_plugin_option(const sy_plugin_options_api
 }
 
 /*
+ * "sy.plugin.runtime/1" (optional, any 1.x: a host that does not know the id never asks for it): what the plugin
+ * chose on this machine at run time, for `switchyard plugins` and `switchyard bench`, e.g. a CPU engine's kernel tier
+ * and why a faster one is not used ("cpu kernels: avx512 (...; amx unavailable: the CPU reports no AMX-TILE)").
+ */
+#define SY_PLUGIN_RUNTIME_INTERFACE_ID "sy.plugin.runtime/1"
+
+typedef struct sy_plugin_runtime_api {
+    uint32_t struct_size;
+    /* One line of text owned by the plugin, valid until its deinit; NULL when there is nothing to say. Any thread,
+     * any time after init; it does not change while the plugin is loaded. */
+    const char *(*describe)(void);
+} sy_plugin_runtime_api;
+
+/*
  * The plugin entry, exported as `switchyard_plugin_entry`. Define it with SY_DEFINE_PLUGIN_ENTRY (or fill it with
  * SY_PLUGIN_ENTRY_INIT) so the versions and struct_size are right for the headers compiled against.
  */

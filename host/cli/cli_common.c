@@ -104,3 +104,14 @@ void sy_cli_error(const char *verb, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
 }
+
+const char *sy_cli_plugin_runtime(const sy_plugin *p, char *out, size_t size) {
+    if (p == NULL || p->runtime == NULL || out == NULL || size == 0) return NULL;
+    const char *line = p->runtime->describe();
+    if (line == NULL || line[0] == '\0') return NULL;
+    size_t n = 0;
+    for (; line[n] != '\0' && n + 1 < size; n++)
+        out[n] = (unsigned char)line[n] < 0x20 || line[n] == 0x7f ? ' ' : line[n];
+    out[n] = '\0';
+    return out;
+}

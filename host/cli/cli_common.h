@@ -35,6 +35,9 @@ int sy_cli_open_model(const char *verb, const sy_plugin_registry *reg, const cha
                       const char *draft_spec, sy_engine_options *eo, sy_loaded_model *lm);
 
 /* Print "switchyard <verb>: message" to stderr. */
+/* The plugin's sy.plugin.runtime/1 line (e.g. its CPU kernel tier) into out, control characters as spaces and cut to
+ * size - 1 bytes; NULL when the plugin offers none or says nothing. */
+const char *sy_cli_plugin_runtime(const sy_plugin *p, char *out, size_t size);
 void sy_cli_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

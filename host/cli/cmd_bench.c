@@ -157,6 +157,8 @@ static double kb_mb(long kb) { return kb < 0 ? -1.0 : kb / 1024.0; }
 static void print_text(const sy_loaded_model *lm, const char *path, const bench_result *r) {
     printf("model      %s (%s, %s, %s)\n", path, lm->plugin->entry->name, lm->info.architecture,
            lm->info.weight_dtype);
+    char runtime[256];
+    if (sy_cli_plugin_runtime(lm->plugin, runtime, sizeof runtime) != NULL) printf("runtime    %s\n", runtime);
     printf("load       %.3f s\n", r->load_s);
     printf("first      %.3f s (one token right after load; load + first %.3f s)\n", r->first_s,
            r->load_s + r->first_s);
@@ -186,6 +188,15 @@ static void print_json(const sy_loaded_model *lm, const char *path, const bench_
            r->load_s + r->first_s, r->n_prompt, r->prefill_s, rate(r->n_prompt, r->prefill_s), r->n_gen,
            r->decode_s, rate(r->n_gen, r->decode_s), kb_mb(r->mem.peak_rss_kb), kb_mb(r->mem.rss_kb),
            kb_mb(r->mem.anon_kb), kb_mb(r->mem.file_kb), kb_mb(r->mem.smaps_anon_kb));
+    char runtime[256];
+    if (sy_cli_plugin_runtime(lm->plugin, runtime, sizeof runtime) != NULL) {
+        printf(", \"runtime\": \"");
+        for (const char *p = runtime; *p; p++) {
+            if (*p == '"' || *p == '\\') putchar('\\');
+            putchar(*p);
+        }
+        putchar('"');
+    }
     if (r->has_usage)
         printf(", \"mapped_mb\": %.3f, \"kv_mb\": %.3f, \"plugin_resident_mb\": %.3f", mb(r->usage.mapped_bytes),
                mb(r->usage.kv_bytes), mb(r->usage.resident_bytes));

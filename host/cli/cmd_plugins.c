@@ -112,8 +112,11 @@ int sy_cmd_plugins(int argc, char **argv) {
         if (p->engine_sampling) { printf("%s%s", sep, SY_ENGINE_SAMPLING_INTERFACE_ID); sep = ", "; }
         if (p->engine_embed) { printf("%s%s", sep, SY_ENGINE_EMBED_INTERFACE_ID); sep = ", "; }
         if (p->drafter) { printf("%s%s", sep, SY_DRAFTER_INTERFACE_ID); sep = ", "; }
+        if (p->runtime) { printf("%s%s", sep, SY_PLUGIN_RUNTIME_INTERFACE_ID); sep = ", "; }
         if (p->options) printf("%s%s (%u options)", sep, SY_PLUGIN_OPTIONS_INTERFACE_ID, (unsigned)p->options->n_options);
         printf("\n         %s\n", p->entry->description ? p->entry->description : "");
+        char runtime[256];
+        if (sy_cli_plugin_runtime(p, runtime, sizeof runtime) != NULL) printf("         %s\n", runtime);
         printf("         %s\n", p->path);
     }
     for (size_t i = 0; i < reg.n_refused; i++) {

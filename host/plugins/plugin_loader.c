@@ -133,6 +133,8 @@ static void load_one(sy_plugin_registry *reg, const char *path) {
     plugin.engine_embed =
         lookup_interface(entry, SY_ENGINE_EMBED_INTERFACE_ID, SY_TABLE_MIN(sy_engine_embed_api, tokenize_pair));
     plugin.drafter = lookup_interface(entry, SY_DRAFTER_INTERFACE_ID, SY_TABLE_MIN(sy_drafter_api, observe));
+    plugin.runtime =
+        lookup_interface(entry, SY_PLUGIN_RUNTIME_INTERFACE_ID, SY_TABLE_MIN(sy_plugin_runtime_api, describe));
     if (plugin.engine == NULL && plugin.drafter == NULL) {
         if (entry->deinit) entry->deinit();
         free(plugin.path);

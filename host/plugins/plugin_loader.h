@@ -22,6 +22,8 @@ typedef struct sy_plugin {
     const sy_drafter_api *drafter;
     /* (1.2) The load options it declares, checked well-formed at load; NULL when it declares none (an older ABI). */
     const sy_plugin_options_api *options;
+    /* What it chose on this machine (sy.plugin.runtime/1, optional), e.g. a CPU engine's kernel tier. */
+    const sy_plugin_runtime_api *runtime;
 } sy_plugin;
 
 typedef struct sy_refused_plugin {

@@ -127,6 +127,29 @@ const sy_kernels *sy_kernels_active(void) {
     return active_kernels;
 }
 
+char *sy_kernels_describe(const sy_kernels *tier, char *out, size_t size) {
+    if (out == NULL || size == 0) return out;
+    if (tier == NULL) {
+        snprintf(out, size, "none");
+        return out;
+    }
+    const char *bf16 = tier->tier >= SY_CPU_TIER_AVX512 ? "f32 fma, even/odd"
+                       : tier->tier == SY_CPU_TIER_AVX2  ? "f32 fma"
+                                                         : "f32";
+    const char *q8 = tier->tier == SY_CPU_TIER_AMX      ? "amx int8 tiles (16+ tokens), vnni"
+                     : tier->tier == SY_CPU_TIER_AVX512 ? "vnni"
+                     : tier->tier == SY_CPU_TIER_AVX2   ? "avx2"
+                                                        : "scalar";
+    if (tier->tier == SY_CPU_TIER_AMX) {
+        snprintf(out, size, "%s (bf16: %s; q8_0: %s)", tier->name, bf16, q8);
+        return out;
+    }
+    const char *why = sy_cpu_tier_unavailable_reason(SY_CPU_TIER_AMX);
+    snprintf(out, size, "%s (bf16: %s; q8_0: %s; amx %s%s)", tier->name, bf16, q8,
+             why != NULL ? "unavailable: " : "not used: SY_CPU_TIER forced a lower tier", why != NULL ? why : "");
+    return out;
+}
+
 /* ---- argument checks ---- */
 
 bool sy_matmul_supports(sy_dtype wtype) {

@@ -5,8 +5,9 @@
  *
  * Precision choices:
  *  - F16/BF16 weights are widened to f32 and multiplied with f32 FMA (products are exact in f32, only the
- *    accumulation rounds). The AVX-512 BF16 dot instruction is not used because it needs the activations rounded
- *    to bf16, which costs ~3 significant digits on every product.
+ *    accumulation rounds). The AVX-512 BF16 dot instruction is not used: it needs the activations rounded to bf16
+ *    (~3 significant digits off every product) and was not faster here than the AVX-512 tier's BF16 kernel, which
+ *    widens 32 weights with two instructions (sy_kernels_bf16_avx512.c).
  *  - Quantized weights are multiplied by activations quantized to 8 bits with one f32 scale per 32 elements (for
  *    every quantized weight type, the K-quants included: finer than 256-element Q8_K scales, so at least as
  *    accurate), with exact integer sums per 16 elements. All tiers quantize the activations to the same bytes (the
@@ -95,6 +96,12 @@ const sy_kernels *sy_kernels_for_tier(sy_cpu_tier tier);
  * SY_CPU_TIER=amx, which exits the process with the reason (whoever asks for AMX is measuring it). The choice is
  * made once per process. */
 const sy_kernels *sy_kernels_active(void);
+
+/* One line for logs and `switchyard plugins`: the tier of `tier`, what it uses for BF16 and Q8_0 weights, and why
+ * AMX is not used where it is not (the CPU lacks it, the kernel refused the tile state, or a lower tier was forced by
+ * SY_CPU_TIER), e.g. "avx512 (bf16: f32 fma, even/odd; q8_0: vnni; amx unavailable: the CPU reports no ...)".
+ * Writes at most size bytes (NUL included) and returns out. */
+char *sy_kernels_describe(const sy_kernels *tier, char *out, size_t size);
 
 /* ---- argument checks ---- */
 

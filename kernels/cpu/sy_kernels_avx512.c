@@ -94,7 +94,10 @@ AVX512 static ALWAYS_INLINE void tile_4x1(sy_dtype wt, const uint8_t *const *row
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     const float *x = xs[0];
     size_t i = 0;
+    const size_t esize = wt == SY_DTYPE_F32 ? 4 : 2;
     for (; i + 32 <= k; i += 32) {
+        /* the weight stream crosses 4 KiB pages, where the hardware prefetcher stops: ask ahead (sy_prefetch_ahead) */
+        for (int r = 0; r < ROW_TILE; r++) sy_prefetch_ahead(rows[r] + esize * i, 32 * esize);
         __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
         a0 = _mm512_fmadd_ps(load16_weights(wt, rows[0], i, 0xffff), x0, a0);
         a1 = _mm512_fmadd_ps(load16_weights(wt, rows[1], i, 0xffff), x0, a1);
@@ -172,6 +175,8 @@ static int matmul_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t
     if (sy_matmul_wants_quantized_x(wtype))
         return sy_matmul_quantized_via_qx(&sy_kernels_avx512_table, wtype, W, row_bytes, row_begin, row_end, k, X,
                                           n_batch, ldx, Y, ldy);
+    if (wtype == SY_DTYPE_BF16 && sy_matmul_bf16_avx512(W, row_bytes, row_begin, row_end, k, X, n_batch, ldx, Y, ldy))
+        return SY_KERNEL_OK;
     tile_fn full, single, any;
     if (wtype == SY_DTYPE_F32) {
         full = tile_4x4_f32, single = tile_4x1_f32, any = tile_any_f32;

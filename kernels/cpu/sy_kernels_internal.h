@@ -3,6 +3,7 @@
 #define SY_KERNELS_INTERNAL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <limits.h>
@@ -152,11 +153,17 @@ static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(co
     }
 }
 
+#define SY_BF16_AVX512_MAX_K 32768 /* the longest BF16 row sy_matmul_bf16_avx512 takes */
+
 extern const sy_kernels sy_kernels_scalar_table;
 #if SY_KERNELS_X86
 extern const sy_kernels sy_kernels_avx2_table;
 extern const sy_kernels sy_kernels_avx512_table;
 extern const sy_kernels sy_kernels_amx_table;
+/* BF16 weights on the AVX-512 tier (sy_kernels_bf16_avx512.c): matmul's contract, batch-invariant; returns false,
+ * doing nothing, when k is over SY_BF16_AVX512_MAX_K (its stack buffer), and the caller takes the 16-wide tiles. */
+bool sy_matmul_bf16_avx512(const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const float *X,
+                           size_t n_batch, size_t ldx, float *Y, size_t ldy);
 #endif
 /* NULL when the AMX tier can run here, else why not (sy_kernels_amx.c). */
 const char *sy_amx_unavailable_reason(void);

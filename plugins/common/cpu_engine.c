@@ -2,11 +2,13 @@
 #include "cpu_engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sy_kernels.h"
 #include "threadpool.h"
 #include "transformer_lfm2.h"
 
@@ -723,3 +725,21 @@ const sy_engine_state_api sy_cpu_state_api = {
     .state_load_chunk = state_load_chunk,
     .state_can_read = state_can_read,
 };
+
+/* ---- sy.plugin.runtime/1 ---- */
+
+static char cpu_runtime_line[256];
+static pthread_once_t cpu_runtime_once = PTHREAD_ONCE_INIT;
+
+static void cpu_runtime_fill(void) {
+    char tier[200];
+    snprintf(cpu_runtime_line, sizeof cpu_runtime_line, "cpu kernels: %s",
+             sy_kernels_describe(sy_kernels_active(), tier, sizeof tier));
+}
+
+static const char *cpu_runtime_describe(void) {
+    pthread_once(&cpu_runtime_once, cpu_runtime_fill);
+    return cpu_runtime_line;
+}
+
+const sy_plugin_runtime_api sy_cpu_runtime_api = {sizeof(sy_plugin_runtime_api), cpu_runtime_describe};

@@ -74,6 +74,10 @@ sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cp
  * SY_PLUGIN_OPTIONS_INTERFACE_ID. */
 extern const sy_plugin_options_api sy_cpu_options_api;
 
+/* "sy.plugin.runtime/1" of every CPU engine: "cpu kernels: " and sy_kernels_describe of the tier its models run on
+ * (sy_kernels_active: the CPU's best, or SY_CPU_TIER's), with why AMX is not used where it is not. */
+extern const sy_plugin_runtime_api sy_cpu_runtime_api;
+
 /* ---- the vocabulary a plugin provides (same protocols as the engine ABI's calls) ---- */
 
 typedef struct sy_cpu_vocab_ops {

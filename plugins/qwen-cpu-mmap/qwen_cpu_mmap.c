@@ -541,6 +541,7 @@ static const void *qm_get_interface(const char *id) {
     if (id && strcmp(id, SY_ENGINE_DESCRIBE_INTERFACE_ID) == 0) return &describe_api;
     if (id && strcmp(id, SY_ENGINE_EMBED_INTERFACE_ID) == 0) return &sy_cpu_embed_api;
     if (id && strcmp(id, SY_PLUGIN_OPTIONS_INTERFACE_ID) == 0) return &sy_cpu_options_api;
+    if (id && strcmp(id, SY_PLUGIN_RUNTIME_INTERFACE_ID) == 0) return &sy_cpu_runtime_api;
     return NULL;
 }
 

@@ -91,6 +91,11 @@ if [[ -f $fixtures/old-minor-1.so ]]; then
   check "plugins --options on a 1.1 plugin says it declares none" \
     bash -c "printf '%s\n' \"\$1\" | grep -q 'does not declare its options'" _ "$old"
 fi
+# plugins: each CPU engine names its kernel tier and why AMX is not used (forced tiers included)
+check "plugins names the CPU kernel tier" bash -c "'$sy' plugins | grep -Eq '^ +cpu kernels: (scalar|avx2|avx512|amx) \\(bf16: '"
+check "plugins names a forced tier and why AMX is not used" \
+  bash -c "SY_CPU_TIER=scalar '$sy' plugins | grep -Eq '^ +cpu kernels: scalar \\(bf16: f32; q8_0: scalar; amx (unavailable: |not used: SY_CPU_TIER forced a lower tier)'"
+check "plugins lists sy.plugin.runtime/1" bash -c "'$sy' plugins | grep -q 'sy.plugin.runtime/1'"
 expect_error "plugins --options on no such plugin" 1 "no plugin named 'nope'" "$sy" plugins --options nope
 
 # serve: a config key the plugin does not declare stops the start, naming the file and line.

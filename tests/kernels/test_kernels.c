@@ -389,6 +389,8 @@ static const matmul_case float_cases[] = {
     {9, 2, 9, 33, 3, 1, 2, 0, 1},      {17, 0, 17, 64, 5, 0, 0, 8, 0},  {13, 3, 11, 127, 7, 5, 3, 2, 1},
     {33, 0, 33, 896, 1, 0, 0, 0, 0},   {20, 4, 19, 1100, 9, 1, 1, 6, 1}, {8, 0, 8, 513, 17, 2, 0, 0, 0},
     {6, 0, 6, 2048, 4, 0, 5, 0, 1},    {4, 2, 2, 32, 3, 0, 0, 0, 0} /* empty row range */,
+    {19, 1, 18, 4100, 17, 1, 2, 0, 1} /* AVX-512 BF16: the batch in two chunks of the stack buffer */,
+    {3, 0, 3, 33000, 2, 0, 0, 2, 0} /* AVX-512 BF16: k past its buffer, the 16-wide tiles */,
 };
 
 static void check_float_matmul(sy_dtype wtype) {
@@ -441,6 +443,23 @@ static void check_float_matmul(sy_dtype wtype) {
                                  sy_dtype_get(wtype)->name, ci, b, r, (double)v, (double)s);
                 }
             }
+            /* BF16 on the AVX-512 kernel (sy_kernels_bf16_avx512.c, rows up to its buffer): each row of the batch
+             * gives the same bits alone (batch invariance) */
+            bool invariant = wtype == SY_DTYPE_BF16 && tiers[t]->tier >= SY_CPU_TIER_AVX512 &&
+                             mc->k <= SY_BF16_AVX512_MAX_K;
+            if (invariant && mc->row_end > mc->row_begin) {
+                float *Y1 = xmalloc(ldy * sizeof(float));
+                for (size_t b = 0; b < mc->n_batch; b++) {
+                    assert_int_equal(tiers[t]->matmul(wtype, W, row_bytes, mc->row_begin, mc->row_end, mc->k,
+                                                      X + b * ldx, 1, ldx, Y1, ldy),
+                                     SY_KERNEL_OK);
+                    for (size_t r = mc->row_begin; r < mc->row_end; r++)
+                        if (f32_to_bits(Y1[r]) != f32_to_bits(Yt[b * ldy + r]))
+                            fail_msg("%s bf16 case %zu: row %zu of a batch of %zu gives %.9g, alone %.9g",
+                                     tiers[t]->name, ci, b, mc->n_batch, (double)Yt[b * ldy + r], (double)Y1[r]);
+                }
+                free(Y1);
+            }
             /* the columns between rows and ldy are never written */
             for (size_t b = 0; b < mc->n_batch; b++)
                 for (size_t r = mc->rows; r < ldy; r++) assert_true(Yt[b * ldy + r] == -12345.0f);
@@ -464,6 +483,35 @@ static void test_matmul_f16(void **state) {
 static void test_matmul_bf16(void **state) {
     (void)state;
     check_float_matmul(SY_DTYPE_BF16);
+}
+
+/* ---- the tier's one-line description (switchyard plugins) ---- */
+
+static void test_kernels_describe(void **state) {
+    (void)state;
+    char line[200];
+    for (int t = 0; t < SY_CPU_TIER_COUNT_; t++) {
+        const sy_kernels *k = sy_kernels_for_tier((sy_cpu_tier)t);
+        if (k == NULL) continue;
+        sy_kernels_describe(k, line, sizeof line);
+        assert_int_equal(strncmp(line, k->name, strlen(k->name)), 0);
+        assert_non_null(strstr(line, "bf16: "));
+        assert_non_null(strstr(line, "q8_0: "));
+        const char *why = sy_cpu_tier_unavailable_reason(SY_CPU_TIER_AMX);
+        if (t == SY_CPU_TIER_AMX) {
+            assert_null(strstr(line, "amx unavailable"));
+        } else if (why != NULL) { /* the reason itself, from the CPU or the kernel */
+            assert_non_null(strstr(line, "amx unavailable: "));
+            assert_non_null(strstr(line, why));
+        } else {
+            assert_non_null(strstr(line, "amx not used: SY_CPU_TIER forced a lower tier"));
+        }
+    }
+    /* cut to the buffer, NUL-terminated */
+    char tiny[8];
+    sy_kernels_describe(sy_kernels_for_tier(SY_CPU_TIER_SCALAR), tiny, sizeof tiny);
+    assert_int_equal(strlen(tiny), 7);
+    assert_string_equal(sy_kernels_describe(NULL, line, sizeof line), "none");
 }
 
 /* ---- quantized blocks ---- */
@@ -998,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_kernels_describe),
         cmocka_unit_test(test_matmul_quantized),
         cmocka_unit_test(test_dequant_q4_0_q4_1_q8_0),
         cmocka_unit_test(test_dequant_q5_0_q5_1),
