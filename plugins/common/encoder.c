@@ -14,11 +14,11 @@
 #include <string.h>
 
 #include "errmsg.h"
+#include "matmul_job.h"
 #include "sy_kernels.h"
 #include "threadpool.h"
 
 #define ATTN_BLOCK 128
-#define X_BLOCK_BYTES (256 * 1024)
 
 typedef struct enc_layer {
     sy_tf_matrix wq, wk, wv, wo, w_up, w_down;
@@ -208,57 +208,16 @@ uint32_t sy_enc_n_ctx(const sy_enc_model *m) { return m->n_ctx; }
 uint32_t sy_enc_out_dim(const sy_enc_model *m) { return m->out_dim; }
 uint64_t sy_enc_memory(const sy_enc_model *m) { return atomic_load(&((sy_enc_model *)m)->bytes); }
 
-/* ---- threaded products: y[n][w.rows] = x[n][w.cols] · wᵀ + b ---- */
+/* ---- threaded products (matmul_job.h): y[n][w.rows] = x[n][w.cols] · wᵀ + b ---- */
 
-typedef struct mm_job {
-    const sy_kernels *kern;
-    const sy_tf_matrix *w;
-    const float *x;
-    const void *qx;
-    size_t n, n_tasks;
-    float *y;
-    _Atomic int failed;
-} mm_job;
-
-static void mm_task(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
-    mm_job *j = arg;
-    const sy_tf_matrix *w = j->w;
-    size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
-    if (begin == end) return;
-    if (j->qx) {
-        if (j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows) !=
-            SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-        return;
-    }
-    /* x in blocks of about X_BLOCK_BYTES (a multiple of 4 rows), so each stays in the core's L2 cache while the
-     * task's weight rows stream past it, as the transformer core does */
-    size_t block = X_BLOCK_BYTES / (w->cols * sizeof(float)) / 4 * 4;
-    if (block < 4) block = j->n;
-    for (size_t b0 = 0; b0 < j->n; b0 += block) {
-        size_t nb = j->n - b0 < block ? j->n - b0 : block;
-        if (j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x + b0 * w->cols, nb, w->cols,
-                            j->y + b0 * w->rows, w->rows) != SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-    }
+static void add_bias(float *y, const float *bias, size_t n, size_t dim) {
+    for (size_t r = 0; r < n; r++)
+        for (size_t i = 0; i < dim; i++) y[r * dim + i] += bias[i];
 }
 
 static bool matmul(sy_enc_model *m, const sy_tf_matrix *w, const float *bias, const float *x, size_t n, float *y) {
-    mm_job j = {m->kern, w, x, NULL, n, 0, y, 0};
-    size_t threads = sy_threadpool_size(m->pool);
-    j.n_tasks = threads * 4;
-    if (j.n_tasks > w->rows / 16) j.n_tasks = w->rows / 16;
-    if (j.n_tasks == 0) j.n_tasks = 1;
-    if (sy_matmul_wants_quantized_x(w->type)) {
-        if (sy_quantize_x(x, n, w->cols, w->cols, m->qx) != SY_KERNEL_OK) return false;
-        j.qx = m->qx;
-    }
-    sy_threadpool_parallel_for(m->pool, j.n_tasks, mm_task, &j);
-    if (atomic_load(&j.failed)) return false;
-    if (bias)
-        for (size_t r = 0; r < n; r++)
-            for (size_t i = 0; i < w->rows; i++) y[r * w->rows + i] += bias[i];
+    if (!sy_matmul(m->pool, m->kern, w, x, n, y, m->qx)) return false;
+    if (bias) add_bias(y, bias, n, w->rows);
     return true;
 }
 
@@ -329,35 +288,75 @@ static void attention_head(void *arg, size_t task, size_t thread_index) {
     for (size_t i = 0; i < hd; i++) out[i] *= inv;
 }
 
+/* ---- the per-row steps between the products, on the pool's threads (a single thread would leave the others idle
+ * for a third of a layer: the GELU's erff over N x n_ff elements costs nearly as much as the products) ---- */
+
+#define ROWS_PER_TASK 8
+
+typedef struct rows_job {
+    sy_enc_model *m;
+    size_t n_rows;
+    const float *bias;             /* added first (the product's bias) */
+    const float *ln_w, *ln_b;      /* residual_norm_rows: x = layernorm(y + bias + x) */
+    float *y;                      /* gelu_rows: y = gelu(y + bias), rows of n_ff */
+} rows_job;
+
+static void residual_norm_rows(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const rows_job *j = arg;
+    sy_enc_model *m = j->m;
+    const size_t E = m->cfg.n_embd;
+    size_t r1 = (task + 1) * ROWS_PER_TASK < j->n_rows ? (task + 1) * ROWS_PER_TASK : j->n_rows;
+    for (size_t r = task * ROWS_PER_TASK; r < r1; r++) {
+        float *x = m->x + r * E, *o = m->xb + r * E;
+        for (size_t i = 0; i < E; i++) o[i] = (o[i] + j->bias[i]) + x[i];
+        layernorm(x, o, j->ln_w, j->ln_b, E, m->cfg.ln_eps);
+    }
+}
+
+/* exact (erf) GELU, as BERT's "gelu" */
+static void gelu_rows(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const rows_job *j = arg;
+    const size_t F = j->m->cfg.n_ff;
+    size_t r1 = (task + 1) * ROWS_PER_TASK < j->n_rows ? (task + 1) * ROWS_PER_TASK : j->n_rows;
+    for (size_t r = task * ROWS_PER_TASK; r < r1; r++) {
+        float *y = j->y + r * F;
+        for (size_t i = 0; i < F; i++) {
+            float v = y[i] + j->bias[i];
+            y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+        }
+    }
+}
+
+static void for_rows(sy_enc_model *m, size_t N, sy_threadpool_fn fn, rows_job *j) {
+    j->m = m;
+    j->n_rows = N;
+    sy_threadpool_parallel_for(m->pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, fn, j);
+}
+
 static bool attention_block(sy_enc_model *m, const enc_layer *L, size_t N) {
     const size_t E = m->cfg.n_embd;
-    if (!matmul(m, &L->wq, L->bq, m->x, N, m->q) || !matmul(m, &L->wk, L->bk, m->x, N, m->k) ||
-        !matmul(m, &L->wv, L->bv, m->x, N, m->v))
-        return false;
+    /* Q, K and V in one pass of the threads */
+    const sy_tf_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[3] = {m->q, m->k, m->v};
+    if (!sy_matmul_group(m->pool, m->kern, qkv, qkv_out, 3, m->x, N, m->qx)) return false;
+    add_bias(m->q, L->bq, N, E), add_bias(m->k, L->bk, N, E), add_bias(m->v, L->bv, N, E);
     attn_job j = {m, m->cfg.n_head};
     sy_threadpool_parallel_for(m->pool, N * m->cfg.n_head, attention_head, &j);
-    if (!matmul(m, &L->wo, L->bo, m->att, N, m->xb)) return false;
-    for (size_t r = 0; r < N; r++) {
-        float *x = m->x + r * E, *o = m->xb + r * E;
-        for (size_t i = 0; i < E; i++) o[i] += x[i];
-        layernorm(x, o, L->attn_ln_w, L->attn_ln_b, E, m->cfg.ln_eps);
-    }
+    if (!matmul(m, &L->wo, NULL, m->att, N, m->xb)) return false;
+    rows_job r = {.bias = L->bo, .ln_w = L->attn_ln_w, .ln_b = L->attn_ln_b};
+    for_rows(m, N, residual_norm_rows, &r);
     return true;
 }
 
 static bool ffn_block(sy_enc_model *m, const enc_layer *L, size_t N) {
-    const size_t E = m->cfg.n_embd, F = m->cfg.n_ff;
-    if (!matmul(m, &L->w_up, L->b_up, m->x, N, m->ff)) return false;
-    for (size_t i = 0; i < N * F; i++) {
-        float v = m->ff[i];
-        m->ff[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
-    }
-    if (!matmul(m, &L->w_down, L->b_down, m->ff, N, m->xb)) return false;
-    for (size_t r = 0; r < N; r++) {
-        float *x = m->x + r * E, *o = m->xb + r * E;
-        for (size_t i = 0; i < E; i++) o[i] += x[i];
-        layernorm(x, o, L->ffn_ln_w, L->ffn_ln_b, E, m->cfg.ln_eps);
-    }
+    if (!matmul(m, &L->w_up, NULL, m->x, N, m->ff)) return false;
+    rows_job g = {.bias = L->b_up, .y = m->ff};
+    for_rows(m, N, gelu_rows, &g);
+    if (!matmul(m, &L->w_down, NULL, m->ff, N, m->xb)) return false;
+    rows_job r = {.bias = L->b_down, .ln_w = L->ffn_ln_w, .ln_b = L->ffn_ln_b};
+    for_rows(m, N, residual_norm_rows, &r);
     return true;
 }
 
