@@ -18,7 +18,7 @@
 #include "sy_kernels.h"
 #include "threadpool.h"
 
-#define ATTN_BLOCK 128
+#define ATTN_Q_BLOCK 64 /* query rows per attention task */
 
 typedef struct enc_layer {
     sy_tf_matrix wq, wk, wv, wo, w_up, w_down;
@@ -36,7 +36,12 @@ struct sy_enc_model {
     /* scratch of one chunk */
     float *x, *xb, *q, *k, *v, *att, *ff;
     void *qx;
-    uint32_t row_start[SY_ENC_MAX_ROWS], row_len[SY_ENC_MAX_ROWS];
+    /* the chunk's inputs: first row, rows, first attention task (task_first[n_in] = all tasks) */
+    uint32_t in_start[SY_ENC_MAX_ROWS], in_len[SY_ENC_MAX_ROWS], task_first[SY_ENC_MAX_ROWS + 1];
+    size_t n_in;
+    float *attn_scratch; /* per thread: scores [ATTN_Q_BLOCK][n_ctx] and vᵀ [head_dim][n_ctx] */
+    size_t attn_scratch_floats;
+    _Atomic int attn_failed;
     _Atomic uint64_t bytes;
 };
 
@@ -121,6 +126,7 @@ void sy_enc_destroy(sy_enc_model *m) {
     free(m->layers);
     free(m->embd_ln_w), free(m->embd_ln_b), free(m->pooler_b), free(m->classifier_b);
     free(m->x), free(m->xb), free(m->q), free(m->k), free(m->v), free(m->att), free(m->ff), free(m->qx);
+    free(m->attn_scratch);
     free(m);
 }
 
@@ -193,7 +199,10 @@ sy_enc_model *sy_enc_create(const sy_enc_config *cfg, const sy_enc_weights *w, u
         size_t qx = sy_quantize_x_bytes((F > E ? F : E) / 32 * 32 + 32, R);
         m->qx = alloc_counted(m, qx);
         m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
-        ok = m->x && m->xb && m->q && m->k && m->v && m->att && m->ff && m->qx && m->pool;
+        m->attn_scratch_floats = (ATTN_Q_BLOCK + E / c->n_head) * (size_t)m->n_ctx;
+        if (m->pool)
+            m->attn_scratch = alloc_counted(m, sy_threadpool_size(m->pool) * m->attn_scratch_floats * sizeof(float));
+        ok = m->x && m->xb && m->q && m->k && m->v && m->att && m->ff && m->qx && m->pool && m->attn_scratch;
         if (!ok) sy_errmsg(err, err_size, "out of memory for the encoder's scratch or threads");
     }
     if (!ok) {
@@ -261,31 +270,45 @@ static bool embed(sy_enc_model *m, const sy_enc_input *in, size_t n_in, char *er
     return true;
 }
 
-typedef struct attn_job {
-    sy_enc_model *m;
-    size_t n_head;
-} attn_job;
-
-/* One (row, head): softmax(q·kᵀ/√d)·v over the rows of the row's own input, online in blocks of keys. */
-static void attention_head(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
-    const attn_job *j = arg;
-    sy_enc_model *m = j->m;
-    const size_t E = m->cfg.n_embd, hd = E / j->n_head;
-    size_t r = task / j->n_head, h = task % j->n_head;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float *q = m->q + r * E + h * hd;
-    float *out = m->att + r * E + h * hd;
-    size_t s0 = m->row_start[r], n = m->row_len[r];
-    float run_max = -INFINITY, run_sum = 0.0f;
-    memset(out, 0, hd * sizeof *out);
-    for (size_t p0 = 0; p0 < n; p0 += ATTN_BLOCK) {
-        size_t nb = n - p0 < ATTN_BLOCK ? n - p0 : ATTN_BLOCK;
-        m->kern->attend_f32(q, m->k + (s0 + p0) * E + h * hd, m->v + (s0 + p0) * E + h * hd, E, nb, hd, scale,
-                            &run_max, &run_sum, out);
+/* One (input, head, block of up to ATTN_Q_BLOCK query rows): softmax(q·kᵀ/√d)·v over the input's own rows, as two
+ * small products through the matrix kernel (the keys as the "weights" of the scores, vᵀ those of the output), so
+ * the work runs in the kernel's register tiles instead of one dot product per query and key. */
+static void attention_task(void *arg, size_t task, size_t thread_index) {
+    sy_enc_model *m = arg;
+    const size_t E = m->cfg.n_embd, n_head = m->cfg.n_head, hd = E / n_head;
+    size_t lo = 0, hi = m->n_in; /* the input: the last whose first task is <= task */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (m->task_first[mid] <= task) lo = mid;
+        else hi = mid;
     }
-    float inv = 1.0f / run_sum;
-    for (size_t i = 0; i < hd; i++) out[i] *= inv;
+    const size_t s0 = m->in_start[lo], n = m->in_len[lo], t = task - m->task_first[lo];
+    const size_t n_qb = (n + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK, h = t / n_qb, q0 = (t % n_qb) * ATTN_Q_BLOCK;
+    const size_t nq = n - q0 < ATTN_Q_BLOCK ? n - q0 : ATTN_Q_BLOCK;
+    float *scores = m->attn_scratch + thread_index * m->attn_scratch_floats, *vt = scores + ATTN_Q_BLOCK * n;
+    const float *Q = m->q + (s0 + q0) * E + h * hd, *K = m->k + s0 * E + h * hd, *V = m->v + s0 * E + h * hd;
+    /* scores[nq][n] = Q·Kᵀ */
+    if (m->kern->matmul(SY_DTYPE_F32, K, E * sizeof(float), 0, n, hd, Q, nq, E, scores, n) != SY_KERNEL_OK) {
+        atomic_store(&m->attn_failed, 1);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (size_t r = 0; r < nq; r++) {
+        float *row = scores + r * n, mx = -INFINITY, sum = 0.0f;
+        for (size_t c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+        for (size_t c = 0; c < n; c++) {
+            row[c] = expf((row[c] - mx) * scale);
+            sum += row[c];
+        }
+        float inv = 1.0f / sum;
+        for (size_t c = 0; c < n; c++) row[c] *= inv;
+    }
+    for (size_t c = 0; c < n; c++)
+        for (size_t d = 0; d < hd; d++) vt[d * n + c] = V[c * E + d];
+    /* att[nq][hd] = P·V */
+    if (m->kern->matmul(SY_DTYPE_F32, vt, n * sizeof(float), 0, hd, n, scores, nq, n, m->att + (s0 + q0) * E + h * hd,
+                        E) != SY_KERNEL_OK)
+        atomic_store(&m->attn_failed, 1);
 }
 
 /* ---- the per-row steps between the products, on the pool's threads (a single thread would leave the others idle
@@ -342,8 +365,9 @@ static bool attention_block(sy_enc_model *m, const enc_layer *L, size_t N) {
     float *const qkv_out[3] = {m->q, m->k, m->v};
     if (!sy_matmul_group(m->pool, m->kern, qkv, qkv_out, 3, m->x, N, m->qx)) return false;
     add_bias(m->q, L->bq, N, E), add_bias(m->k, L->bk, N, E), add_bias(m->v, L->bv, N, E);
-    attn_job j = {m, m->cfg.n_head};
-    sy_threadpool_parallel_for(m->pool, N * m->cfg.n_head, attention_head, &j);
+    atomic_store(&m->attn_failed, 0);
+    sy_threadpool_parallel_for(m->pool, m->task_first[m->n_in], attention_task, m);
+    if (atomic_load(&m->attn_failed)) return false;
     if (!matmul(m, &L->wo, NULL, m->att, N, m->xb)) return false;
     rows_job r = {.bias = L->bo, .ln_w = L->attn_ln_w, .ln_b = L->attn_ln_b};
     for_rows(m, N, residual_norm_rows, &r);
@@ -400,11 +424,15 @@ static bool pool(sy_enc_model *m, const sy_enc_input *in, size_t n_in, float *ou
 static sy_status run_chunk(sy_enc_model *m, const sy_enc_input *in, size_t n_in, float *out, sy_enc_cancel_fn cancel,
                            void *cancel_ctx, char *err, size_t err_size) {
     size_t N = 0;
-    for (size_t i = 0; i < n_in; i++)
-        for (uint32_t t = 0; t < in[i].n_tokens; t++, N++) {
-            m->row_start[N] = (uint32_t)(N - t);
-            m->row_len[N] = in[i].n_tokens;
-        }
+    m->n_in = n_in;
+    m->task_first[0] = 0;
+    for (size_t i = 0; i < n_in; i++) {
+        m->in_start[i] = (uint32_t)N;
+        m->in_len[i] = in[i].n_tokens;
+        N += in[i].n_tokens;
+        uint32_t blocks = (in[i].n_tokens + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK;
+        m->task_first[i + 1] = m->task_first[i] + blocks * m->cfg.n_head;
+    }
     if (!embed(m, in, n_in, err, err_size)) return SY_ERR_UNSUPPORTED;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         if (cancel && cancel(cancel_ctx)) {

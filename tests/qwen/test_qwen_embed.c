@@ -413,7 +413,8 @@ static double check_minilm_gguf(const char *path, const char *what, double min_c
 }
 
 /* MiniLM converted by `switchyard quantize` from SY_MINILM_DIR (or the GGUF SY_MINILM_GGUF names): F32 and F16
- * within F16 error of sentence-transformers, Q8_0 within 8-bit error. */
+ * within F16 error of sentence-transformers, Q8_0 within 8-bit error (weights and activations in 8 bits: llama-server
+ * on the same Q8_0 file reaches a worst cosine of 0.99805 on these sentences, switchyard 0.9980). */
 static void test_minilm_gguf(void **state) {
     (void)state;
     const char *path = getenv("SY_MINILM_GGUF"), *dir = getenv("SY_MINILM_DIR");
@@ -426,7 +427,7 @@ static void test_minilm_gguf(void **state) {
         const char *type, *file;
         double min_cosine;
     } kinds[] = {{"F32", "minilm-f32.gguf", 0.9999}, {"F16", "minilm-f16.gguf", 0.9999},
-                 {"Q8_0", "minilm-q8_0.gguf", 0.999}};
+                 {"Q8_0", "minilm-q8_0.gguf", 0.997}};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char out[1200], what[64];
         quantize_to(dir, kinds[k].file, kinds[k].type, out, sizeof out);
