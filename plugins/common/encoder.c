@@ -14,11 +14,12 @@
 #include <string.h>
 
 #include "errmsg.h"
+#include "matmul_job.h"
 #include "sy_kernels.h"
 #include "threadpool.h"
 
-#define ATTN_BLOCK 128
-#define X_BLOCK_BYTES (256 * 1024)
+#define ATTN_Q_BLOCK 64 /* query rows per attention task */
+#define CHUNK_ROWS 256  /* rows of inputs run together through the layers (see sy_enc_run) */
 
 typedef struct enc_layer {
     sy_tf_matrix wq, wk, wv, wo, w_up, w_down;
@@ -36,7 +37,12 @@ struct sy_enc_model {
     /* scratch of one chunk */
     float *x, *xb, *q, *k, *v, *att, *ff;
     void *qx;
-    uint32_t row_start[SY_ENC_MAX_ROWS], row_len[SY_ENC_MAX_ROWS];
+    /* the chunk's inputs: first row, rows, first attention task (task_first[n_in] = all tasks) */
+    uint32_t in_start[SY_ENC_MAX_ROWS], in_len[SY_ENC_MAX_ROWS], task_first[SY_ENC_MAX_ROWS + 1];
+    size_t n_in;
+    float *attn_scratch; /* per thread: scores [ATTN_Q_BLOCK][n_ctx] and vᵀ [head_dim][n_ctx] */
+    size_t attn_scratch_floats;
+    _Atomic int attn_failed;
     _Atomic uint64_t bytes;
 };
 
@@ -121,6 +127,7 @@ void sy_enc_destroy(sy_enc_model *m) {
     free(m->layers);
     free(m->embd_ln_w), free(m->embd_ln_b), free(m->pooler_b), free(m->classifier_b);
     free(m->x), free(m->xb), free(m->q), free(m->k), free(m->v), free(m->att), free(m->ff), free(m->qx);
+    free(m->attn_scratch);
     free(m);
 }
 
@@ -193,7 +200,10 @@ sy_enc_model *sy_enc_create(const sy_enc_config *cfg, const sy_enc_weights *w, u
         size_t qx = sy_quantize_x_bytes((F > E ? F : E) / 32 * 32 + 32, R);
         m->qx = alloc_counted(m, qx);
         m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
-        ok = m->x && m->xb && m->q && m->k && m->v && m->att && m->ff && m->qx && m->pool;
+        m->attn_scratch_floats = (ATTN_Q_BLOCK + E / c->n_head) * (size_t)m->n_ctx;
+        if (m->pool)
+            m->attn_scratch = alloc_counted(m, sy_threadpool_size(m->pool) * m->attn_scratch_floats * sizeof(float));
+        ok = m->x && m->xb && m->q && m->k && m->v && m->att && m->ff && m->qx && m->pool && m->attn_scratch;
         if (!ok) sy_errmsg(err, err_size, "out of memory for the encoder's scratch or threads");
     }
     if (!ok) {
@@ -208,57 +218,16 @@ uint32_t sy_enc_n_ctx(const sy_enc_model *m) { return m->n_ctx; }
 uint32_t sy_enc_out_dim(const sy_enc_model *m) { return m->out_dim; }
 uint64_t sy_enc_memory(const sy_enc_model *m) { return atomic_load(&((sy_enc_model *)m)->bytes); }
 
-/* ---- threaded products: y[n][w.rows] = x[n][w.cols] · wᵀ + b ---- */
+/* ---- threaded products (matmul_job.h): y[n][w.rows] = x[n][w.cols] · wᵀ + b ---- */
 
-typedef struct mm_job {
-    const sy_kernels *kern;
-    const sy_tf_matrix *w;
-    const float *x;
-    const void *qx;
-    size_t n, n_tasks;
-    float *y;
-    _Atomic int failed;
-} mm_job;
-
-static void mm_task(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
-    mm_job *j = arg;
-    const sy_tf_matrix *w = j->w;
-    size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
-    if (begin == end) return;
-    if (j->qx) {
-        if (j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows) !=
-            SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-        return;
-    }
-    /* x in blocks of about X_BLOCK_BYTES (a multiple of 4 rows), so each stays in the core's L2 cache while the
-     * task's weight rows stream past it, as the transformer core does */
-    size_t block = X_BLOCK_BYTES / (w->cols * sizeof(float)) / 4 * 4;
-    if (block < 4) block = j->n;
-    for (size_t b0 = 0; b0 < j->n; b0 += block) {
-        size_t nb = j->n - b0 < block ? j->n - b0 : block;
-        if (j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x + b0 * w->cols, nb, w->cols,
-                            j->y + b0 * w->rows, w->rows) != SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-    }
+static void add_bias(float *y, const float *bias, size_t n, size_t dim) {
+    for (size_t r = 0; r < n; r++)
+        for (size_t i = 0; i < dim; i++) y[r * dim + i] += bias[i];
 }
 
 static bool matmul(sy_enc_model *m, const sy_tf_matrix *w, const float *bias, const float *x, size_t n, float *y) {
-    mm_job j = {m->kern, w, x, NULL, n, 0, y, 0};
-    size_t threads = sy_threadpool_size(m->pool);
-    j.n_tasks = threads * 4;
-    if (j.n_tasks > w->rows / 16) j.n_tasks = w->rows / 16;
-    if (j.n_tasks == 0) j.n_tasks = 1;
-    if (sy_matmul_wants_quantized_x(w->type)) {
-        if (sy_quantize_x(x, n, w->cols, w->cols, m->qx) != SY_KERNEL_OK) return false;
-        j.qx = m->qx;
-    }
-    sy_threadpool_parallel_for(m->pool, j.n_tasks, mm_task, &j);
-    if (atomic_load(&j.failed)) return false;
-    if (bias)
-        for (size_t r = 0; r < n; r++)
-            for (size_t i = 0; i < w->rows; i++) y[r * w->rows + i] += bias[i];
+    if (!sy_matmul(m->pool, m->kern, w, x, n, y, m->qx)) return false;
+    if (bias) add_bias(y, bias, n, w->rows);
     return true;
 }
 
@@ -302,62 +271,117 @@ static bool embed(sy_enc_model *m, const sy_enc_input *in, size_t n_in, char *er
     return true;
 }
 
-typedef struct attn_job {
-    sy_enc_model *m;
-    size_t n_head;
-} attn_job;
-
-/* One (row, head): softmax(q·kᵀ/√d)·v over the rows of the row's own input, online in blocks of keys. */
-static void attention_head(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
-    const attn_job *j = arg;
-    sy_enc_model *m = j->m;
-    const size_t E = m->cfg.n_embd, hd = E / j->n_head;
-    size_t r = task / j->n_head, h = task % j->n_head;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float *q = m->q + r * E + h * hd;
-    float *out = m->att + r * E + h * hd;
-    size_t s0 = m->row_start[r], n = m->row_len[r];
-    float run_max = -INFINITY, run_sum = 0.0f;
-    memset(out, 0, hd * sizeof *out);
-    for (size_t p0 = 0; p0 < n; p0 += ATTN_BLOCK) {
-        size_t nb = n - p0 < ATTN_BLOCK ? n - p0 : ATTN_BLOCK;
-        m->kern->attend_f32(q, m->k + (s0 + p0) * E + h * hd, m->v + (s0 + p0) * E + h * hd, E, nb, hd, scale,
-                            &run_max, &run_sum, out);
+/* One (input, head, block of up to ATTN_Q_BLOCK query rows): softmax(q·kᵀ/√d)·v over the input's own rows, as two
+ * small products through the matrix kernel (the keys as the "weights" of the scores, vᵀ those of the output), so
+ * the work runs in the kernel's register tiles instead of one dot product per query and key. */
+static void attention_task(void *arg, size_t task, size_t thread_index) {
+    sy_enc_model *m = arg;
+    const size_t E = m->cfg.n_embd, n_head = m->cfg.n_head, hd = E / n_head;
+    size_t lo = 0, hi = m->n_in; /* the input: the last whose first task is <= task */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (m->task_first[mid] <= task) lo = mid;
+        else hi = mid;
     }
-    float inv = 1.0f / run_sum;
-    for (size_t i = 0; i < hd; i++) out[i] *= inv;
+    const size_t s0 = m->in_start[lo], n = m->in_len[lo], t = task - m->task_first[lo];
+    const size_t n_qb = (n + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK, h = t / n_qb, q0 = (t % n_qb) * ATTN_Q_BLOCK;
+    const size_t nq = n - q0 < ATTN_Q_BLOCK ? n - q0 : ATTN_Q_BLOCK;
+    float *scores = m->attn_scratch + thread_index * m->attn_scratch_floats, *vt = scores + ATTN_Q_BLOCK * n;
+    const float *Q = m->q + (s0 + q0) * E + h * hd, *K = m->k + s0 * E + h * hd, *V = m->v + s0 * E + h * hd;
+    /* scores[nq][n] = Q·Kᵀ */
+    if (m->kern->matmul(SY_DTYPE_F32, K, E * sizeof(float), 0, n, hd, Q, nq, E, scores, n) != SY_KERNEL_OK) {
+        atomic_store(&m->attn_failed, 1);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (size_t r = 0; r < nq; r++) {
+        float *row = scores + r * n, mx = -INFINITY, sum = 0.0f;
+        for (size_t c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+        for (size_t c = 0; c < n; c++) {
+            row[c] = expf((row[c] - mx) * scale);
+            sum += row[c];
+        }
+        float inv = 1.0f / sum;
+        for (size_t c = 0; c < n; c++) row[c] *= inv;
+    }
+    for (size_t c = 0; c < n; c++)
+        for (size_t d = 0; d < hd; d++) vt[d * n + c] = V[c * E + d];
+    /* att[nq][hd] = P·V */
+    if (m->kern->matmul(SY_DTYPE_F32, vt, n * sizeof(float), 0, hd, n, scores, nq, n, m->att + (s0 + q0) * E + h * hd,
+                        E) != SY_KERNEL_OK)
+        atomic_store(&m->attn_failed, 1);
+}
+
+/* ---- the per-row steps between the products, on the pool's threads (a single thread would leave the others idle
+ * for a third of a layer: the GELU's erff over N x n_ff elements costs nearly as much as the products) ---- */
+
+#define ROWS_PER_TASK 8
+
+typedef struct rows_job {
+    sy_enc_model *m;
+    size_t n_rows;
+    const float *bias;             /* added first (the product's bias) */
+    const float *ln_w, *ln_b;      /* residual_norm_rows: x = layernorm(y + bias + x) */
+    float *y;                      /* gelu_rows: y = gelu(y + bias), rows of n_ff */
+} rows_job;
+
+static void residual_norm_rows(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const rows_job *j = arg;
+    sy_enc_model *m = j->m;
+    const size_t E = m->cfg.n_embd;
+    size_t r1 = (task + 1) * ROWS_PER_TASK < j->n_rows ? (task + 1) * ROWS_PER_TASK : j->n_rows;
+    for (size_t r = task * ROWS_PER_TASK; r < r1; r++) {
+        float *x = m->x + r * E, *o = m->xb + r * E;
+        for (size_t i = 0; i < E; i++) o[i] = (o[i] + j->bias[i]) + x[i];
+        layernorm(x, o, j->ln_w, j->ln_b, E, m->cfg.ln_eps);
+    }
+}
+
+/* exact (erf) GELU, as BERT's "gelu" */
+static void gelu_rows(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const rows_job *j = arg;
+    const size_t F = j->m->cfg.n_ff;
+    size_t r1 = (task + 1) * ROWS_PER_TASK < j->n_rows ? (task + 1) * ROWS_PER_TASK : j->n_rows;
+    for (size_t r = task * ROWS_PER_TASK; r < r1; r++) {
+        float *y = j->y + r * F;
+        for (size_t i = 0; i < F; i++) {
+            float v = y[i] + j->bias[i];
+            y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+        }
+    }
+}
+
+static void for_rows(sy_enc_model *m, size_t N, sy_threadpool_fn fn, rows_job *j) {
+    j->m = m;
+    j->n_rows = N;
+    sy_threadpool_parallel_for(m->pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, fn, j);
 }
 
 static bool attention_block(sy_enc_model *m, const enc_layer *L, size_t N) {
     const size_t E = m->cfg.n_embd;
-    if (!matmul(m, &L->wq, L->bq, m->x, N, m->q) || !matmul(m, &L->wk, L->bk, m->x, N, m->k) ||
-        !matmul(m, &L->wv, L->bv, m->x, N, m->v))
-        return false;
-    attn_job j = {m, m->cfg.n_head};
-    sy_threadpool_parallel_for(m->pool, N * m->cfg.n_head, attention_head, &j);
-    if (!matmul(m, &L->wo, L->bo, m->att, N, m->xb)) return false;
-    for (size_t r = 0; r < N; r++) {
-        float *x = m->x + r * E, *o = m->xb + r * E;
-        for (size_t i = 0; i < E; i++) o[i] += x[i];
-        layernorm(x, o, L->attn_ln_w, L->attn_ln_b, E, m->cfg.ln_eps);
-    }
+    /* Q, K and V in one pass of the threads */
+    const sy_tf_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[3] = {m->q, m->k, m->v};
+    if (!sy_matmul_group(m->pool, m->kern, qkv, qkv_out, 3, m->x, N, m->qx)) return false;
+    add_bias(m->q, L->bq, N, E), add_bias(m->k, L->bk, N, E), add_bias(m->v, L->bv, N, E);
+    atomic_store(&m->attn_failed, 0);
+    sy_threadpool_parallel_for(m->pool, m->task_first[m->n_in], attention_task, m);
+    if (atomic_load(&m->attn_failed)) return false;
+    if (!matmul(m, &L->wo, NULL, m->att, N, m->xb)) return false;
+    rows_job r = {.bias = L->bo, .ln_w = L->attn_ln_w, .ln_b = L->attn_ln_b};
+    for_rows(m, N, residual_norm_rows, &r);
     return true;
 }
 
 static bool ffn_block(sy_enc_model *m, const enc_layer *L, size_t N) {
-    const size_t E = m->cfg.n_embd, F = m->cfg.n_ff;
-    if (!matmul(m, &L->w_up, L->b_up, m->x, N, m->ff)) return false;
-    for (size_t i = 0; i < N * F; i++) {
-        float v = m->ff[i];
-        m->ff[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
-    }
-    if (!matmul(m, &L->w_down, L->b_down, m->ff, N, m->xb)) return false;
-    for (size_t r = 0; r < N; r++) {
-        float *x = m->x + r * E, *o = m->xb + r * E;
-        for (size_t i = 0; i < E; i++) o[i] += x[i];
-        layernorm(x, o, L->ffn_ln_w, L->ffn_ln_b, E, m->cfg.ln_eps);
-    }
+    if (!matmul(m, &L->w_up, NULL, m->x, N, m->ff)) return false;
+    rows_job g = {.bias = L->b_up, .y = m->ff};
+    for_rows(m, N, gelu_rows, &g);
+    if (!matmul(m, &L->w_down, NULL, m->ff, N, m->xb)) return false;
+    rows_job r = {.bias = L->b_down, .ln_w = L->ffn_ln_w, .ln_b = L->ffn_ln_b};
+    for_rows(m, N, residual_norm_rows, &r);
     return true;
 }
 
@@ -401,11 +425,15 @@ static bool pool(sy_enc_model *m, const sy_enc_input *in, size_t n_in, float *ou
 static sy_status run_chunk(sy_enc_model *m, const sy_enc_input *in, size_t n_in, float *out, sy_enc_cancel_fn cancel,
                            void *cancel_ctx, char *err, size_t err_size) {
     size_t N = 0;
-    for (size_t i = 0; i < n_in; i++)
-        for (uint32_t t = 0; t < in[i].n_tokens; t++, N++) {
-            m->row_start[N] = (uint32_t)(N - t);
-            m->row_len[N] = in[i].n_tokens;
-        }
+    m->n_in = n_in;
+    m->task_first[0] = 0;
+    for (size_t i = 0; i < n_in; i++) {
+        m->in_start[i] = (uint32_t)N;
+        m->in_len[i] = in[i].n_tokens;
+        N += in[i].n_tokens;
+        uint32_t blocks = (in[i].n_tokens + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK;
+        m->task_first[i + 1] = m->task_first[i] + blocks * m->cfg.n_head;
+    }
     if (!embed(m, in, n_in, err, err_size)) return SY_ERR_UNSUPPORTED;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         if (cancel && cancel(cancel_ctx)) {
@@ -453,10 +481,13 @@ sy_status sy_enc_run(sy_enc_model *m, const sy_enc_input *inputs, size_t n_input
             }
         }
     }
-    /* whole inputs per chunk, as many as fit in SY_ENC_MAX_ROWS rows */
+    /* whole inputs per chunk, as many as fit in CHUNK_ROWS rows (an input longer than that is a chunk of its own, up
+     * to SY_ENC_MAX_ROWS): a chunk's activations then stay in the cores' caches between the products (1024 rows of
+     * MiniLM are 15 MB of activations; 256 rows under 4 MB), which is worth more than reading the weights fewer
+     * times */
     size_t first = 0, rows = 0;
     for (size_t i = 0; i <= n_inputs; i++) {
-        if (i == n_inputs || rows + inputs[i].n_tokens > SY_ENC_MAX_ROWS) {
+        if (i == n_inputs || (rows > 0 && rows + inputs[i].n_tokens > CHUNK_ROWS)) {
             if (i > first) {
                 sy_status st = run_chunk(m, inputs + first, i - first, out + first * m->out_dim, cancel, cancel_ctx,
                                          err, err_size);

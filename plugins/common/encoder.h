@@ -22,7 +22,7 @@
 
 #include "transformer_weights.h"
 
-#define SY_ENC_MAX_ROWS 1024 /* tokens per pass through the weights; an input may not be longer */
+#define SY_ENC_MAX_ROWS 1024 /* the longest input (its rows go through the weights together) */
 
 typedef struct sy_enc_config {
     uint32_t n_vocab, n_embd, n_ff, n_layer, n_head;

@@ -16,16 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul_job.h"
 #include "threadpool.h"
 #include "transformer_lfm2.h"
 #include "errmsg.h"
 
 #define LOGIT_ROWS 32   /* logits rows computed per pass through the output matrix (bounds that scratch) */
 #define KV_MIN_GROW 256 /* tokens a sequence's KV grows by at least */
-/* A batched product runs over blocks of x of about this size, so each block stays in the core's L2 cache while the
- * task's weight rows stream past it: x of a whole chunk of a wide matrix is megabytes (256 rows of n_ff floats),
- * which would otherwise be read again from further out for every tile of four weight rows. */
-#define X_BLOCK_BYTES (256 * 1024)
 
 /* ---- the architecture table ---- */
 
@@ -634,88 +631,11 @@ sy_status sy_tf_seq_fork(sy_tf_model *m, const sy_tf_seq *src, uint32_t n, sy_tf
     return SY_OK;
 }
 
-/* ---- threaded matrix products ---- */
+/* ---- threaded matrix products (matmul_job.h) ---- */
 
-typedef struct matmul_job {
-    const sy_kernels *kern;
-    const sy_tf_matrix *w;
-    const float *x;   /* [n][cols] */
-    const void *qx;   /* quantized x, for block-quantized weights */
-    size_t n;
-    float *y;         /* [n][rows] */
-    size_t n_tasks;   /* the rows are cut into this many ranges */
-    _Atomic int failed;
-} matmul_job;
-
-static void matmul_task(void *arg, size_t task, size_t thread_index) {
-    (void)thread_index;
-    matmul_job *j = arg;
-    const sy_tf_matrix *w = j->w;
-    size_t begin = (size_t)(w->rows * task / j->n_tasks), end = (size_t)(w->rows * (task + 1) / j->n_tasks);
-    if (begin == end) return;
-    if (j->qx) {
-        if (j->kern->matmul_qx(w->type, w->data, w->row_bytes, begin, end, w->cols, j->qx, j->n, j->y, w->rows) !=
-            SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-        return;
-    }
-    /* blocks of a multiple of 4 rows, so the kernel's batch tiles (and results) are those of one call */
-    size_t block = X_BLOCK_BYTES / (w->cols * sizeof(float)) / 4 * 4;
-    if (block < 4) block = j->n;
-    for (size_t b0 = 0; b0 < j->n; b0 += block) {
-        size_t nb = j->n - b0 < block ? j->n - b0 : block;
-        if (j->kern->matmul(w->type, w->data, w->row_bytes, begin, end, w->cols, j->x + b0 * w->cols, nb, w->cols,
-                            j->y + b0 * w->rows, w->rows) != SY_KERNEL_OK)
-            atomic_store(&j->failed, 1);
-    }
-}
-
-/* Up to this many matrices share one pass (Q, K and V). */
-#define MATMUL_GROUP_MAX 3
-
-typedef struct matmul_group_job {
-    matmul_job parts[MATMUL_GROUP_MAX];
-    size_t first_task[MATMUL_GROUP_MAX + 1]; /* part i owns tasks first_task[i] .. first_task[i + 1] - 1 */
-    size_t n_parts;
-} matmul_group_job;
-
-static void matmul_group_task(void *arg, size_t task, size_t thread_index) {
-    matmul_group_job *g = arg;
-    size_t i = 0;
-    while (task >= g->first_task[i + 1]) i++;
-    matmul_task(&g->parts[i], task - g->first_task[i], thread_index);
-}
-
-/* ys[i][n][ws[i].rows] = x[n][cols] · ws[i]ᵀ for matrices of one width: x is quantized once (where any of them takes
- * quantized activations) and every matrix's rows are split among the threads in one pass, so the threads meet
- * once, not once per matrix (a few ranges per thread and matrix, so uneven progress balances out; at least 16 rows
- * per range). Each row's result is the same as from a product of its matrix alone. */
 static bool matmul_group(sy_tf_model *m, const sy_tf_matrix *const *ws, float *const *ys, size_t count,
                          const float *x, size_t n) {
-    if (count == 0 || count > MATMUL_GROUP_MAX) return false;
-    matmul_group_job g;
-    memset(&g, 0, sizeof g);
-    g.n_parts = count;
-    bool quantized = false;
-    for (size_t i = 0; i < count; i++) {
-        const sy_tf_matrix *w = ws[i];
-        if (w->cols != ws[0]->cols) return false;
-        size_t n_tasks = sy_threadpool_size(m->pool) * 4;
-        if (n_tasks > w->rows / 16) n_tasks = w->rows / 16;
-        if (n_tasks == 0) n_tasks = 1;
-        g.parts[i] = (matmul_job){m->kern, w, x, NULL, n, ys[i], n_tasks, 0};
-        g.first_task[i + 1] = g.first_task[i] + n_tasks;
-        if (sy_matmul_wants_quantized_x(w->type)) quantized = true;
-    }
-    if (quantized) {
-        if (sy_quantize_x(x, n, ws[0]->cols, ws[0]->cols, m->qx) != SY_KERNEL_OK) return false;
-        for (size_t i = 0; i < count; i++)
-            if (sy_matmul_wants_quantized_x(ws[i]->type)) g.parts[i].qx = m->qx;
-    }
-    sy_threadpool_parallel_for(m->pool, g.first_task[count], matmul_group_task, &g);
-    for (size_t i = 0; i < count; i++)
-        if (atomic_load(&g.parts[i].failed) != 0) return false;
-    return true;
+    return sy_matmul_group(m->pool, m->kern, ws, ys, count, x, n, m->qx);
 }
 
 /* y[n][w.rows] = x[n][w.cols] · wᵀ */

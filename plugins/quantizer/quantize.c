@@ -1,9 +1,10 @@
 /* switchyard quantize IN OUT TYPE (the program switchyard-quantize, which the verb runs): writes a GGUF file of
  * type TYPE (Q4_K_M, Q8_0, ...) from
  *   - a GGUF file with F32 / F16 / BF16 weights: metadata copied, tensors converted; or
- *   - a Hugging Face SafeTensors checkpoint directory (qwen2, qwen3, llama): config.json and tokenizer.json turned
- *     into the metadata llama.cpp's convert_hf_to_gguf.py writes, tensors renamed to llama.cpp's names (llama's
- *     q/k rows reordered into GGUF's interleaved RoPE pairs), vectors stored as F32.
+ *   - a Hugging Face SafeTensors checkpoint directory (qwen2, qwen3, llama; bert with its sentence-transformers
+ *     files): config.json and tokenizer.json turned into the metadata llama.cpp's convert_hf_to_gguf.py writes,
+ *     tensors renamed to llama.cpp's names (llama's q/k rows reordered into GGUF's interleaved RoPE pairs), vectors
+ *     stored as F32.
  *
  * Per-tensor types follow llama.cpp's rules for the recipe (plugins/common/quantize.h), and the quantized bytes
  * equal llama.cpp's, so a file written here matches `llama-quantize` tensor for tensor (GGUF input) and loads in
@@ -27,6 +28,7 @@
 #include <cjson/cJSON.h>
 #include <switchyard/engine.h>
 
+#include "bert_config.h"
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "hf_config.h"
@@ -112,7 +114,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: switchyard quantize [options] IN OUT TYPE\n\n"
             "Writes OUT, a GGUF file of TYPE, from IN: a GGUF file with F32/F16/BF16 weights, or a Hugging Face\n"
-            "SafeTensors checkpoint directory (qwen2, qwen3, llama; config.json + tokenizer.json). Tensor types\n"
+            "SafeTensors checkpoint directory (qwen2, qwen3, llama, bert; config.json + tokenizer.json). Tensor types\n"
             "follow llama.cpp's choices for TYPE (e.g. Q4_K_M keeps output.weight and some attn_v/ffn_down layers\n"
             "in Q6_K; rows that 256 does not divide fall back to Q5_0/Q5_1/Q8_0). OUT appears only when complete.\n\n"
             "TYPE: %s\n\n"
@@ -476,13 +478,367 @@ done:
     return ok;
 }
 
+/* ---- BERT SafeTensors input ----
+ *
+ * A BertModel (or BertForSequenceClassification) directory, as llama.cpp's converter writes it as architecture
+ * "bert": the hyperparameters under bert.*, the pooling sentence-transformers configures (modules.json; mean for a
+ * bare model, as sentence-transformers pools one; rank for a classifier), and the WordPiece vocabulary in its
+ * "phantom space" spelling (a word start "x" becomes "▁x", a continuation "##x" becomes "x", control tokens stay
+ * as they are), the special tokens named by tokenizer_config.json and the add_* flags its post-processor implies. */
+
+#define BERT_MAX_VOCAB (1u << 22)
+
+/* A tokenizer_config.json token entry: a string or {"content": ...}. */
+static const char *config_token(const cJSON *tc, const char *key) {
+    const cJSON *e = cJSON_GetObjectItem(tc, key);
+    if (cJSON_IsString(e)) return e->valuestring;
+    const cJSON *content = cJSON_GetObjectItem(e, "content");
+    return cJSON_IsString(content) ? content->valuestring : NULL;
+}
+
+/* The id of an added token of this text (the first), or -1. */
+static int64_t added_token_id(const cJSON *added, const char *text) {
+    const cJSON *e;
+    if (text == NULL) return -1;
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *content = cJSON_GetObjectItem(e, "content"), *id = cJSON_GetObjectItem(e, "id");
+        if (cJSON_IsString(content) && cJSON_IsNumber(id) && strcmp(content->valuestring, text) == 0)
+            return (int64_t)id->valuedouble;
+    }
+    return -1;
+}
+
+/* The normalizer's lowercase / strip_accents flags (-1: not said), through Sequence normalizers. */
+static void normalizer_flags(const cJSON *n, int *lowercase, int *strip_accents) {
+    const cJSON *type = cJSON_GetObjectItem(n, "type");
+    if (!cJSON_IsString(type)) return;
+    if (strcmp(type->valuestring, "Lowercase") == 0) *lowercase = 1;
+    else if (strcmp(type->valuestring, "StripAccents") == 0) *strip_accents = 1;
+    else if (strcmp(type->valuestring, "BertNormalizer") == 0) {
+        const cJSON *l = cJSON_GetObjectItem(n, "lowercase"), *s = cJSON_GetObjectItem(n, "strip_accents");
+        if (cJSON_IsBool(l)) *lowercase = cJSON_IsTrue(l);
+        if (cJSON_IsBool(s)) *strip_accents = cJSON_IsTrue(s); /* null: follows lowercase, and is not written */
+    } else if (strcmp(type->valuestring, "Sequence") == 0) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(n, "normalizers")) normalizer_flags(e, lowercase, strip_accents);
+    }
+}
+
+static const char *template_special(const cJSON *item) {
+    const cJSON *id = cJSON_GetObjectItem(cJSON_GetObjectItem(item, "SpecialToken"), "id");
+    return cJSON_IsString(id) ? id->valuestring : NULL;
+}
+
+static bool same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+/* add_bos / add_eos / add_sep (-1: not said) from a TemplateProcessing post-processor: a leading special token that
+ * is the BOS (or CLS) means add_bos, a trailing one that is the EOS add_eos, and a separator between A and B of the
+ * pair template add_sep when the single template has no trailing token (BERT's "[CLS] A [SEP] B [SEP]" is thus
+ * add_bos and add_eos, not add_sep), as llama.cpp's converter reads it. */
+static void template_flags(const cJSON *post, const char *bos, const char *cls, const char *eos, const char *sep,
+                           int *add_bos, int *add_eos, int *add_sep) {
+    const cJSON *type = cJSON_GetObjectItem(post, "type");
+    if (!cJSON_IsString(type)) return;
+    if (strcmp(type->valuestring, "Sequence") == 0) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(post, "processors"))
+            template_flags(e, bos, cls, eos, sep, add_bos, add_eos, add_sep);
+        return;
+    }
+    if (strcmp(type->valuestring, "TemplateProcessing") != 0) return;
+    const cJSON *single = cJSON_GetObjectItem(post, "single"), *pair = cJSON_GetObjectItem(post, "pair");
+    int n_single = cJSON_GetArraySize(single), n_pair = cJSON_GetArraySize(pair);
+    const char *first = NULL, *last = NULL;
+    if (n_single > 1) {
+        first = template_special(cJSON_GetArrayItem(single, 0));
+        last = template_special(cJSON_GetArrayItem(single, n_single - 1));
+        if (first) *add_bos = same_text(first, bos) || same_text(first, cls);
+        if (last) *add_eos = same_text(last, eos);
+    }
+    /* the pair template less the single one's leading and trailing tokens: A, its separators, B */
+    int lo = first && n_pair > 0 && same_text(template_special(cJSON_GetArrayItem(pair, 0)), first) ? 1 : 0;
+    int hi = last && n_pair > 0 && same_text(template_special(cJSON_GetArrayItem(pair, n_pair - 1)), last) ? n_pair - 1
+                                                                                                          : n_pair;
+    if (hi - lo < 3) return;
+    const cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(pair, lo), "Sequence"), "id");
+    const cJSON *b = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(pair, hi - 1), "Sequence"), "id");
+    if (!cJSON_IsString(a) || !cJSON_IsString(b) || strcmp(a->valuestring, "A") != 0 || strcmp(b->valuestring, "B") != 0)
+        return;
+    bool add = false;
+    for (int i = lo + 1; i < hi - 1 && i < lo + 3; i++) {
+        const char *s = template_special(cJSON_GetArrayItem(pair, i));
+        bool is_sep = same_text(s, sep) || same_text(s, eos);
+        if (is_sep && (i > lo + 1 || last == NULL)) add = true;
+    }
+    *add_sep = add;
+}
+
+/* tokenizer.json (WordPiece) + tokenizer_config.json -> tokenizer.ggml.* */
+static bool bert_tokenizer_metadata(run *r, const sy_bert_config *b) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", r->in);
+    size_t len = 0;
+    char *json = sy_hf_read_file(path, MAX_TOKENIZER_JSON, &len, r->err, sizeof r->err);
+    if (json == NULL) return false;
+    cJSON *doc = cJSON_ParseWithLength(json, len), *tc = NULL;
+    free(json);
+    const char **texts = NULL;
+    char **owned = NULL;
+    size_t *lens = NULL;
+    int32_t *types = NULL;
+    bool ok = false;
+    const uint32_t n = b->vocab_size;
+    const cJSON *model = cJSON_GetObjectItem(doc, "model"), *vocab = cJSON_GetObjectItem(model, "vocab");
+    const cJSON *mtype = cJSON_GetObjectItem(model, "type"), *added = cJSON_GetObjectItem(doc, "added_tokens"), *e;
+    if (doc == NULL || !cJSON_IsObject(vocab) || !cJSON_IsString(mtype) || strcmp(mtype->valuestring, "WordPiece") != 0) {
+        failf(r, "%s: not a WordPiece tokenizer.json (model.type WordPiece with model.vocab)", path);
+        goto done;
+    }
+    if (n == 0 || n > BERT_MAX_VOCAB) {
+        failf(r, "%s/config.json: vocab_size %u is not 1 to %u", r->in, n, BERT_MAX_VOCAB);
+        goto done;
+    }
+    texts = calloc(n, sizeof *texts);
+    owned = calloc(n, sizeof *owned);
+    lens = calloc(n, sizeof *lens);
+    types = calloc(n, sizeof *types);
+    if (!texts || !owned || !lens || !types) {
+        failf(r, "out of memory");
+        goto done;
+    }
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= n || e->valuedouble != (double)(int64_t)e->valuedouble) {
+            failf(r, "%s: token '%.40s' has id %g, outside config.json's vocab_size %u", path, e->string,
+                  cJSON_IsNumber(e) ? e->valuedouble : -1.0, n);
+            goto done;
+        }
+        texts[(uint32_t)e->valuedouble] = e->string;
+        types[(uint32_t)e->valuedouble] = TOKEN_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *id = cJSON_GetObjectItem(e, "id"), *content = cJSON_GetObjectItem(e, "content");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= n || !cJSON_IsString(content)) {
+            failf(r, "%s: an added token has no id below vocab_size %u or no content", path, n);
+            goto done;
+        }
+        uint32_t i = (uint32_t)id->valuedouble;
+        texts[i] = content->valuestring;
+        types[i] = cJSON_IsTrue(cJSON_GetObjectItem(e, "special")) || looks_special(content->valuestring)
+                       ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
+    }
+    /* the phantom-space spelling; ids no token has become "[PADi]" (UNUSED), spelled as words */
+    for (uint32_t i = 0; i < n; i++) {
+        char pad[24];
+        const char *t = texts[i];
+        if (t == NULL) {
+            snprintf(pad, sizeof pad, "[PAD%u]", i);
+            t = pad;
+            types[i] = TOKEN_UNUSED;
+        }
+        size_t tl = strlen(t);
+        if (types[i] == TOKEN_CONTROL) { /* as it is (a control token always has its text) */
+            lens[i] = tl;
+            continue;
+        }
+        bool continuation = tl >= 2 && t[0] == '#' && t[1] == '#';
+        owned[i] = malloc(tl + 4);
+        if (owned[i] == NULL) {
+            failf(r, "out of memory");
+            goto done;
+        }
+        if (continuation) {
+            memcpy(owned[i], t + 2, tl - 2);
+            lens[i] = tl - 2;
+        } else {
+            memcpy(owned[i], "\xE2\x96\x81", 3);
+            memcpy(owned[i] + 3, t, tl);
+            lens[i] = tl + 3;
+        }
+        owned[i][lens[i]] = '\0';
+        texts[i] = owned[i];
+    }
+
+    /* special tokens: named in tokenizer_config.json (BOS defaults to CLS, EOS to SEP), found among the added
+     * tokens; config.json's pad_token_id where none is named */
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", r->in);
+    if (access(path, F_OK) == 0) {
+        char *tcj = sy_hf_read_file(path, MAX_TOKENIZER_JSON, &len, r->err, sizeof r->err);
+        if (tcj == NULL) goto done;
+        tc = cJSON_ParseWithLength(tcj, len);
+        free(tcj);
+        if (!cJSON_IsObject(tc)) {
+            failf(r, "%s: not a JSON object", path);
+            goto done;
+        }
+    }
+    const char *cls = config_token(tc, "cls_token"), *sep = config_token(tc, "sep_token");
+    const char *bos = config_token(tc, "bos_token"), *eos = config_token(tc, "eos_token");
+    if (bos == NULL) bos = cls;
+    if (eos == NULL) eos = sep;
+    static const char *const kinds[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "unknown_token_id", "seperator_token_id",
+                                       "padding_token_id", "cls_token_id", "mask_token_id"};
+    int64_t ids[7];
+    for (int k = 0; k < 7; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s_token", kinds[k]);
+        const char *text = k == 0 ? bos : k == 1 ? eos : config_token(tc, key);
+        ids[k] = added_token_id(added, text);
+    }
+    if (ids[4] < 0 && b->pad_token_id >= 0 && b->pad_token_id < (int64_t)n) ids[4] = b->pad_token_id;
+    int add_bos = -1, add_eos = -1, add_sep = -1, lowercase = -1, strip_accents = -1;
+    template_flags(cJSON_GetObjectItem(doc, "post_processor"), bos, cls, eos, sep, &add_bos, &add_eos, &add_sep);
+    int *adds[3] = {&add_bos, &add_eos, &add_sep};
+    static const char *const add_keys[3] = {"add_bos_token", "add_eos_token", "add_sep_token"};
+    for (int k = 0; k < 3; k++) { /* the post-processor wins where both say */
+        const cJSON *v = cJSON_GetObjectItem(tc, add_keys[k]);
+        if (*adds[k] < 0 && cJSON_IsBool(v)) *adds[k] = cJSON_IsTrue(v);
+    }
+    normalizer_flags(cJSON_GetObjectItem(doc, "normalizer"), &lowercase, &strip_accents);
+
+    /* llama.cpp reads no pre-tokenizer for WordPiece; its converter names bert-base-uncased's vocabulary (MiniLM,
+     * bge-small) "jina-v2-en" by the hash of its tokens */
+    ok = set_u32(r, "tokenizer.ggml.token_type_count", b->type_vocab_size ? b->type_vocab_size : 1) &&
+         set_str(r, "tokenizer.ggml.model", "bert") &&
+         set_str(r, "tokenizer.ggml.pre", lowercase == 1 ? "jina-v2-en" : "default") &&
+         sy_gguf_writer_set_string_array(r->w, "tokenizer.ggml.tokens", texts, lens, n, r->err, sizeof r->err) &&
+         sy_gguf_writer_set_array(r->w, "tokenizer.ggml.token_type", SY_GGUF_INT32, types, n, r->err, sizeof r->err);
+    for (int k = 0; ok && k < 7; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s", keys[k]);
+        if (ids[k] >= 0 && ids[k] < (int64_t)n) ok = set_u32(r, key, (uint32_t)ids[k]);
+    }
+    for (int k = 0; ok && k < 3; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s", add_keys[k]);
+        if (*adds[k] >= 0) ok = set_bool(r, key, *adds[k] > 0);
+    }
+    if (ok && lowercase >= 0) ok = set_bool(r, "tokenizer.ggml.normalizer.lowercase", lowercase > 0);
+    if (ok && strip_accents >= 0) ok = set_bool(r, "tokenizer.ggml.normalizer.strip_accents", strip_accents > 0);
+done:
+    for (uint32_t i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned), free(texts), free(lens), free(types);
+    cJSON_Delete(tc);
+    cJSON_Delete(doc);
+    return ok;
+}
+
+/* The classifier's label names (bert.classifier.output_labels), from config.json's id2label, when it has more than
+ * one label (llama.cpp sizes the classifier by their count; one output needs none). */
+static bool bert_labels(run *r, const sy_bert_config *b) {
+    if (!b->classifier || b->n_labels <= 1) return true;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", r->in);
+    size_t len = 0;
+    char *json = sy_hf_read_file(path, SY_HF_MAX_CONFIG_BYTES, &len, r->err, sizeof r->err);
+    if (json == NULL) return false;
+    cJSON *doc = cJSON_ParseWithLength(json, len);
+    free(json);
+    const cJSON *id2label = cJSON_GetObjectItem(doc, "id2label");
+    const char **names = calloc(b->n_labels, sizeof *names);
+    size_t *lens = calloc(b->n_labels, sizeof *lens);
+    bool ok = names && lens;
+    if (!ok) failf(r, "out of memory");
+    for (uint32_t i = 0; ok && i < b->n_labels; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%u", i);
+        const cJSON *v = cJSON_GetObjectItem(id2label, key);
+        if (!cJSON_IsString(v)) {
+            ok = failf(r, "%s: id2label has no name for label %u of %u", path, i, b->n_labels);
+            break;
+        }
+        names[i] = v->valuestring;
+        lens[i] = strlen(v->valuestring);
+    }
+    ok = ok && sy_gguf_writer_set_string_array(r->w, "bert.classifier.output_labels", names, lens, b->n_labels, r->err,
+                                               sizeof r->err);
+    free(names), free(lens);
+    cJSON_Delete(doc);
+    return ok;
+}
+
+/* The GGUF name of a checkpoint tensor: 1 mapped, 0 skipped (what the converter drops), -1 unknown. */
+static int bert_gguf_name(const char *hf, const sy_bert_config *b, char *out, size_t size) {
+    char name[192];
+    if (strncmp(hf, "bert.", 5) == 0) hf += 5;
+    size_t n = strlen(hf);
+    if (n >= sizeof name) return -1;
+    memcpy(name, hf, n + 1);
+    /* old checkpoints call LayerNorm's weight and bias gamma and beta */
+    if (n > 6 && strcmp(name + n - 6, ".gamma") == 0) snprintf(name + n - 6, sizeof name - (n - 6), ".weight");
+    else if (n > 5 && strcmp(name + n - 5, ".beta") == 0) snprintf(name + n - 5, sizeof name - (n - 5), ".bias");
+    if (strcmp(name, "embeddings.position_ids") == 0 || strncmp(name, "cls.predictions", 15) == 0 ||
+        strncmp(name, "cls.seq_relationship", 20) == 0)
+        return 0;
+    sy_tensor_role role;
+    uint32_t layer = 0;
+    if (!sy_tensor_role_of(SY_TENSORS_HF_BERT, name, &role, &layer)) return -1;
+    if (sy_tensor_role_per_layer(role) && layer >= b->num_hidden_layers) return -1;
+    /* an embedding model's pooler is not used (sentence-transformers pools the last hidden state) */
+    if (!b->classifier && (role == SY_TENSOR_CLS || role == SY_TENSOR_CLS_BIAS)) return 0;
+    return sy_tensor_name(SY_TENSORS_GGUF, role, layer, out, size) ? 1 : -1;
+}
+
+static bool load_bert_safetensors(run *r) {
+    sy_bert_config b;
+    sy_st_pooling p;
+    if (!sy_bert_config_load(r->in, &b, r->err, sizeof r->err) ||
+        !sy_st_pooling_load(r->in, SY_POOLING_MEAN, &p, r->err, sizeof r->err))
+        return false;
+    if (!b.classifier && p.pooling == SY_POOLING_LAST)
+        return failf(r, "%s: last-token pooling of a BERT encoder is not supported", r->in);
+    r->st = sy_safetensors_open(r->in, r->err, sizeof r->err);
+    if (r->st == NULL) return false;
+    r->model = (sy_quant_model){b.num_hidden_layers, b.num_attention_heads, b.num_attention_heads};
+    /* llama.cpp's enum llama_pooling_type: 1 mean, 2 cls, 4 rank */
+    uint32_t pooling = b.classifier ? 4 : p.pooling == SY_POOLING_CLS ? 2 : 1;
+    char *dir_copy = strdup(r->in);
+    if (dir_copy == NULL) return failf(r, "out of memory");
+    size_t dl = strlen(dir_copy);
+    while (dl > 1 && dir_copy[dl - 1] == '/') dir_copy[--dl] = '\0';
+    bool ok = set_str(r, "general.architecture", "bert") && set_str(r, "general.type", "model") &&
+              set_str(r, "general.name", basename(dir_copy)) &&
+              set_u32(r, "bert.block_count", b.num_hidden_layers) &&
+              set_u32(r, "bert.context_length", b.max_position_embeddings) &&
+              set_u32(r, "bert.embedding_length", b.hidden_size) &&
+              set_u32(r, "bert.feed_forward_length", b.intermediate_size) &&
+              set_u32(r, "bert.attention.head_count", b.num_attention_heads) &&
+              set_f32(r, "bert.attention.layer_norm_epsilon", (float)b.layer_norm_eps) &&
+              set_bool(r, "bert.attention.causal", false) && set_u32(r, "bert.pooling_type", pooling) &&
+              bert_labels(r, &b) && bert_tokenizer_metadata(r, &b);
+    free(dir_copy);
+    if (!ok) return false;
+    bool have_embd = false;
+    for (size_t i = 0; i < sy_safetensors_count(r->st); i++) {
+        const sy_safetensors_tensor *st = sy_safetensors_at(r->st, i);
+        char name[SY_GGUF_WRITER_MAX_NAME + 1];
+        int m = bert_gguf_name(st->name, &b, name, sizeof name);
+        if (m < 0) return failf(r, "%s: tensor %s has no llama.cpp name in a bert model", r->in, st->name);
+        if (m == 0) continue;
+        if (st->dtype != SY_DTYPE_F32 && st->dtype != SY_DTYPE_F16 && st->dtype != SY_DTYPE_BF16)
+            return failf(r, "%s: tensor %s has dtype %s (F32, F16 and BF16 are supported)", r->in, st->name,
+                         st->dtype_name);
+        if (st->n_dims < 1 || st->n_dims > 2)
+            return failf(r, "%s: tensor %s has %u dimensions", r->in, st->name, st->n_dims);
+        for (size_t k = 0; k < r->n; k++)
+            if (strcmp(r->t[k].name, name) == 0)
+                return failf(r, "%s: two tensors map to %s (one with and one without the bert. prefix?)", r->in, name);
+        uint64_t dims[2] = {st->shape[st->n_dims - 1], st->n_dims == 2 ? st->shape[0] : 1};
+        if (!add_tensor(r, name, st->data, (sy_dtype)st->dtype, st->n_dims, dims)) return false;
+        if (strcmp(name, "token_embd.weight") == 0) have_embd = true;
+    }
+    if (!have_embd) return failf(r, "%s: no word embedding (embeddings.word_embeddings.weight)", r->in);
+    return true;
+}
+
 static bool load_safetensors(run *r) {
+    if (sy_bert_is_bert_dir(r->in)) return load_bert_safetensors(r);
     sy_hf_config cfg;
     if (!sy_hf_config_load(r->in, &cfg, NULL, r->err, sizeof r->err)) return false;
     const char *arch = cfg.arch == SY_HF_ARCH_QWEN2 ? "qwen2" : cfg.arch == SY_HF_ARCH_QWEN3 ? "qwen3"
                        : cfg.arch == SY_HF_ARCH_LLAMA ? "llama" : NULL;
     if (arch == NULL)
-        return failf(r, "%s: architecture %s is not supported by quantize (qwen2, qwen3 and llama are)", r->in,
+        return failf(r, "%s: architecture %s is not supported by quantize (qwen2, qwen3, llama and bert are)", r->in,
                      sy_hf_arch_name(cfg.arch));
     if (cfg.rope.type != SY_HF_ROPE_DEFAULT && cfg.rope.type != SY_HF_ROPE_LINEAR)
         return failf(r, "%s: only default and linear RoPE scaling are supported by quantize", r->in);

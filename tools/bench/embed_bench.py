@@ -6,8 +6,9 @@ Inputs of exactly 128 tokens ([CLS] + 126 word pieces + [SEP], checked with the 
 alternate between the two servers (switchyard, llama-server, switchyard, ...) so that a change of load on the
 machine falls on both, and the median of the rounds is reported. Writes JSON, and with --plot a PNG.
 
-    python3 tools/bench/embed_bench.py --gguf build/models/gguf/all-MiniLM-L6-v2-f16.gguf \\
-        --llama-server /work/main/build/llama.cpp-native/build/bin/llama-server --threads 2 \\
+    build/bin/switchyard quantize "$SY_MINILM_DIR" minilm-f16.gguf F16
+    python3 tools/bench/embed_bench.py --gguf minilm-f16.gguf \\
+        --llama-server /work/peer/build/bin/llama-server --threads 2 \\
         --json build/embed-bench.json --plot docs/embeddings-bench.png
 """
 import argparse
@@ -91,6 +92,33 @@ def rate(port, model, texts, batch, seconds):
             return done / dt
 
 
+def plot(summary, batches, threads, path):
+    """The bar chart of a summary (also from a saved JSON: plot(json.load(f), ...))."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = range(len(batches))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], [summary["batches"][str(b)]["switchyard"] for b in batches], w,
+           label="switchyard (gguf-quant)")
+    ax.bar([x + w / 2 for x in xs], [summary["batches"][str(b)]["llama_server"] for b in batches], w,
+           label="llama-server --embeddings")
+    for x, b in zip(xs, batches):
+        ax.annotate(f"{summary['batches'][str(b)]['ratio']:.2f}x",
+                    (x, max(summary["batches"][str(b)]["switchyard"], summary["batches"][str(b)]["llama_server"])),
+                    ha="center", va="bottom")
+    ax.set_xticks(list(xs), [f"batch {b}" for b in batches])
+    ax.set_ylabel("embeddings / s (128 tokens each)")
+    ax.set_title(f"all-MiniLM-L6-v2 F16 GGUF, {threads} threads, {summary['machine']['date']}\n"
+                 f"{summary['machine']['cpu']} ({summary['machine']['cpus']} CPUs), shared with parallel builds (loaded)",
+                 fontsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", required=True)
@@ -142,28 +170,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        xs = range(len(batches))
-        w = 0.38
-        ax.bar([x - w / 2 for x in xs], [summary["batches"][str(b)]["switchyard"] for b in batches], w,
-               label="switchyard (gguf-quant)")
-        ax.bar([x + w / 2 for x in xs], [summary["batches"][str(b)]["llama_server"] for b in batches], w,
-               label="llama-server --embeddings")
-        for x, b in zip(xs, batches):
-            ax.annotate(f"{summary['batches'][str(b)]['ratio']:.2f}x",
-                        (x, max(summary["batches"][str(b)]["switchyard"], summary["batches"][str(b)]["llama_server"])),
-                        ha="center", va="bottom")
-        ax.set_xticks(list(xs), [f"batch {b}" for b in batches])
-        ax.set_ylabel("embeddings / s (128 tokens each)")
-        ax.set_title(f"all-MiniLM-L6-v2 F16 GGUF, {args.threads} threads\n{summary['machine']['cpu']}", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(args.plot + ".tmp.png", dpi=110)
-        os.replace(args.plot + ".tmp.png", args.plot)
-
+        plot(summary, batches, args.threads, args.plot)
 
 if __name__ == "__main__":
     main()
