@@ -9,7 +9,6 @@
 #include "transformer.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -78,9 +77,6 @@ struct sy_tf_model {
     float *att_part; /* split decode's partial softmax states (attention_tile) */
     void *qx;
     size_t qx_bytes;
-    /* the ten scratch buffers above as one table: their sizes, and which came from the spare (scratch_take) */
-    size_t scratch_bytes[10];
-    bool scratch_recycled[10];
     uint32_t row_pos[SY_TF_MAX_BATCH];
     sy_tf_seq *row_seq[SY_TF_MAX_BATCH];
 
@@ -96,70 +92,6 @@ static void *alloc_counted(sy_tf_model *m, size_t n_bytes) {
 }
 
 static size_t attn_part_floats(const sy_tf_config *c);
-
-/* ---- scratch kept from one model to the next ----
- * A closed model's scratch (the ten chunk buffers, ~35 MB for Qwen2.5-0.5B: logits rows, FFN rows, ...) is kept
- * for the next model built, which takes the buffers of the sizes it needs: a swap between models of one shape
- * (two quantizations of one model) then clears pages already mapped instead of faulting in and clearing fresh
- * ones, which was a fifth of a swap's CPU time. The next build frees what it did not take, so the spare holds at
- * most one model's scratch, for one swap, and at most SPARE_MAX_BYTES. */
-#define SPARE_MAX_BUFFERS 16
-#define SPARE_MAX_BYTES ((size_t)512 << 20)
-static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct spare_buffer {
-    void *p;
-    size_t n;
-} spare[SPARE_MAX_BUFFERS];
-static size_t n_spare, spare_bytes;
-
-/* A zeroed buffer of n bytes, from the spare when it holds one of that size (*recycled then), else calloc's. */
-static void *scratch_take(sy_tf_model *m, size_t n, bool *recycled) {
-    void *p = NULL;
-    pthread_mutex_lock(&spare_lock);
-    for (size_t i = 0; i < n_spare && p == NULL; i++)
-        if (spare[i].n == n) {
-            p = spare[i].p;
-            spare_bytes -= n;
-            spare[i] = spare[--n_spare];
-        }
-    pthread_mutex_unlock(&spare_lock);
-    *recycled = p != NULL;
-    if (p == NULL) return alloc_counted(m, n);
-    memset(p, 0, n); /* calloc's promise, on pages already there */
-    atomic_fetch_add(&m->resident_bytes, n);
-    return p;
-}
-
-/* Into the spare, or freed when it is full. */
-static void scratch_give(void *p, size_t n) {
-    if (p == NULL) return;
-    pthread_mutex_lock(&spare_lock);
-    bool kept = n_spare < SPARE_MAX_BUFFERS && n <= SPARE_MAX_BYTES - spare_bytes;
-    if (kept) {
-        spare[n_spare++] = (struct spare_buffer){p, n};
-        spare_bytes += n;
-    }
-    pthread_mutex_unlock(&spare_lock);
-    if (!kept) free(p);
-}
-
-/* What the model just built did not take goes now. */
-static void spare_release(void) {
-    pthread_mutex_lock(&spare_lock);
-    size_t n = n_spare;
-    struct spare_buffer gone[SPARE_MAX_BUFFERS];
-    memcpy(gone, spare, n * sizeof *gone);
-    n_spare = 0;
-    spare_bytes = 0;
-    pthread_mutex_unlock(&spare_lock);
-    for (size_t i = 0; i < n; i++) free(gone[i].p);
-}
-
-/* The scratch buffers in the order of scratch_bytes. */
-static void scratch_pointers(const sy_tf_model *m, void *out[10]) {
-    void *p[10] = {m->x, m->xb, m->q, m->att, m->k, m->v, m->gate, m->up, m->logits, m->qx};
-    memcpy(out, p, sizeof p);
-}
 
 /* ---- building ---- */
 
@@ -327,26 +259,17 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     size_t widest = cfg->n_embd > m->q_dim ? cfg->n_embd : m->q_dim;
     if (cfg->n_ff > widest) widest = cfg->n_ff;
     m->qx_bytes = sy_quantize_x_bytes((widest + 31) / 32 * 32, N);
-    const size_t sizes[10] = {N * cfg->n_embd * sizeof(float), N * cfg->n_embd * sizeof(float),
-                              N * m->q_dim * sizeof(float),    N * m->q_dim * sizeof(float),
-                              N * m->kv_dim * sizeof(float),   N * m->kv_dim * sizeof(float),
-                              N * cfg->n_ff * sizeof(float),   N * cfg->n_ff * sizeof(float),
-                              (size_t)LOGIT_ROWS * cfg->n_vocab * sizeof(float), m->qx_bytes};
-    for (int i = 0; i < 10; i++) m->scratch_bytes[i] = sizes[i] ? sizes[i] : 1;
-    bool *rec = m->scratch_recycled;
-    const size_t *n = m->scratch_bytes;
-    m->x = scratch_take(m, n[0], &rec[0]);
-    m->xb = scratch_take(m, n[1], &rec[1]);
-    m->q = scratch_take(m, n[2], &rec[2]);
-    m->att = scratch_take(m, n[3], &rec[3]);
-    m->k = scratch_take(m, n[4], &rec[4]);
-    m->v = scratch_take(m, n[5], &rec[5]);
-    m->gate = scratch_take(m, n[6], &rec[6]);
-    m->up = scratch_take(m, n[7], &rec[7]);
-    m->logits = scratch_take(m, n[8], &rec[8]);
-    m->qx = scratch_take(m, n[9], &rec[9]);
-    spare_release();
+    m->x = alloc_counted(m, N * cfg->n_embd * sizeof(float));
+    m->xb = alloc_counted(m, N * cfg->n_embd * sizeof(float));
+    m->q = alloc_counted(m, N * m->q_dim * sizeof(float));
+    m->att = alloc_counted(m, N * m->q_dim * sizeof(float));
+    m->k = alloc_counted(m, N * m->kv_dim * sizeof(float));
+    m->v = alloc_counted(m, N * m->kv_dim * sizeof(float));
+    m->gate = alloc_counted(m, N * cfg->n_ff * sizeof(float));
+    m->up = alloc_counted(m, N * cfg->n_ff * sizeof(float));
+    m->logits = alloc_counted(m, (size_t)LOGIT_ROWS * cfg->n_vocab * sizeof(float));
     m->att_part = alloc_counted(m, attn_part_floats(cfg) * sizeof(float));
+    m->qx = alloc_counted(m, m->qx_bytes);
     if (!m->x || !m->xb || !m->q || !m->att || !m->k || !m->v || !m->gate || !m->up || !m->logits || !m->qx ||
         !m->att_part)
         goto oom;
@@ -377,22 +300,26 @@ void sy_tf_destroy(sy_tf_model *m) {
     sy_lfm2_destroy(m->lfm2);
     free(m->output_norm);
     free(m->inv_freq);
-    void *p[10];
-    scratch_pointers(m, p);
-    for (int i = 0; i < 10; i++) scratch_give(p[i], m->scratch_bytes[i]); /* for the next model built */
-    free(m->att_part);
+    free(m->x), free(m->xb), free(m->q), free(m->att), free(m->att_part), free(m->k), free(m->v);
+    free(m->gate), free(m->up), free(m->logits), free(m->qx);
     free(m);
 }
 
 void sy_tf_prefault(sy_tf_model *m) {
     /* Scratch this large is fresh zero pages from calloc; each decode writes some of it, so writing it all now
      * makes the footprint after the load the one the model serves with (what memory_usage counts, what the
-     * process's RSS shows, what a budget plans with), and a short machine fail here, not in a later decode.
-     * Buffers taken from the spare are resident and cleared already. */
-    void *p[10];
-    scratch_pointers(m, p);
-    for (int i = 0; i < 10; i++)
-        if (p[i] != NULL && !m->scratch_recycled[i]) memset(p[i], 0, m->scratch_bytes[i]);
+     * process's RSS shows, what a budget plans with), and a short machine fail here, not in a later decode. */
+    const size_t N = SY_TF_MAX_BATCH;
+    memset(m->x, 0, N * m->cfg.n_embd * sizeof(float));
+    memset(m->xb, 0, N * m->cfg.n_embd * sizeof(float));
+    memset(m->q, 0, N * m->q_dim * sizeof(float));
+    memset(m->att, 0, N * m->q_dim * sizeof(float));
+    memset(m->k, 0, N * m->kv_dim * sizeof(float));
+    memset(m->v, 0, N * m->kv_dim * sizeof(float));
+    memset(m->gate, 0, N * m->cfg.n_ff * sizeof(float));
+    memset(m->up, 0, N * m->cfg.n_ff * sizeof(float));
+    memset(m->logits, 0, (size_t)LOGIT_ROWS * m->cfg.n_vocab * sizeof(float));
+    memset(m->qx, 0, m->qx_bytes);
 }
 
 bool sy_tf_check(const sy_tf_config *cfg, const sy_tf_weights *w, uint32_t n_ctx, char *err, size_t err_size) {
