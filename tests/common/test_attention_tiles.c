@@ -2,7 +2,9 @@
  * head, key blocks, causal block skipping, key ranges split over threads in decode at depth and their partial
  * softmax states combined) against the double-precision reference backend (reference_forward.h), on random
  * weights: odd prompt lengths on both sides of the tile and block sizes, GQA groups larger than a tile's heads,
- * several sequences in one call, and decode deep enough to be split. Run once per forced CPU tier (CMake). */
+ * several sequences in one call, and decode deep enough to be split. Every case runs with the KV cache in each of
+ * its types (cache_type_k/v: f32, f16, q8_0, and K and V apart), each against the reference's f32 with a tolerance
+ * that fits the type. Run once per forced CPU tier (CMake). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -88,6 +90,21 @@ static void random_model_free(random_model *r) {
     free(r->layers);
 }
 
+/* The KV cache types of the case running, and how far its logits may be from the f32 reference relative to the
+ * largest: f32 as before; f16 rounds K and V to 11 significant bits; q8_0 to 8 bits of each block's largest. */
+typedef struct kv_case {
+    sy_dtype k, v;
+    double tolerance;
+    const char *name;
+} kv_case;
+static const kv_case kv_cases[] = {
+    {SY_DTYPE_F32, SY_DTYPE_F32, 2e-3, "f32"},
+    {SY_DTYPE_F16, SY_DTYPE_F16, 4e-3, "f16"},
+    {SY_DTYPE_Q8_0, SY_DTYPE_Q8_0, 4e-2, "q8_0"},
+    {SY_DTYPE_F16, SY_DTYPE_Q8_0, 4e-2, "k f16 v q8_0"},
+};
+static const kv_case *kv_now = &kv_cases[0];
+
 /* Largest |a - b| over n, against the largest |b|. */
 static void assert_close(const float *a, const double *b, size_t n, const char *what) {
     double worst = 0.0, scale = 1e-3;
@@ -96,7 +113,8 @@ static void assert_close(const float *a, const double *b, size_t n, const char *
         double d = fabs((double)a[i] - b[i]);
         if (!(d <= worst)) worst = d;
     }
-    if (!(worst <= 2e-3 * scale)) fail_msg("%s: logits differ by %g (largest %g)", what, worst, scale);
+    if (!(worst <= kv_now->tolerance * scale))
+        fail_msg("%s, KV %s: logits differ by %g (largest %g)", what, kv_now->name, worst, scale);
 }
 
 #define MAX_SEQS 3
@@ -111,6 +129,16 @@ static void check_against_reference(uint32_t n_head, uint32_t n_head_kv, uint32_
     uint32_t n_ctx = 4096;
     sy_tf_model *m = sy_tf_create(&r.cfg, &r.w, n_ctx, n_threads, err, sizeof err);
     if (m == NULL) fail_msg("create: %s", err);
+    bool q8 = kv_now->k == SY_DTYPE_Q8_0 || kv_now->v == SY_DTYPE_Q8_0;
+    sy_status kv_st = sy_tf_set_kv_types(m, kv_now->k, kv_now->v, err, sizeof err);
+    if (q8 && (n_head_kv * head_dim) % 32 != 0) { /* Q8_0 blocks of 32 along a row that has no whole block */
+        assert_int_equal(kv_st, SY_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err, "multiple of 32"));
+        sy_tf_destroy(m);
+        random_model_free(&r);
+        return;
+    }
+    if (kv_st != SY_OK) fail_msg("kv types: %s", err);
     sy_ref_model *ref = sy_ref_create(&r.cfg, &r.w, n_ctx, err, sizeof err);
     if (ref == NULL) fail_msg("reference: %s", err);
     const size_t V = r.cfg.n_vocab;
@@ -171,34 +199,42 @@ static void check_against_reference(uint32_t n_head, uint32_t n_head_kv, uint32_
 /* Prompt lengths around the 8-row tiles and 64-key blocks, one sequence per call. */
 static void test_odd_lengths_gqa(void **state) {
     (void)state;
-    const uint32_t lens[] = {1, 7, 9, 63, 65, 129, 200};
-    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
-        check_against_reference(4, 2, 64, 2, &lens[i], 1, 2);  /* the in-register head size of AVX-512 */
-        check_against_reference(6, 2, 16, 3, &lens[i], 1, 1);  /* another head size: the generic tier code */
+    for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        const uint32_t lens[] = {1, 7, 9, 63, 65, 129, 200};
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+            check_against_reference(4, 2, 64, 2, &lens[i], 1, 2);  /* the in-register head size of AVX-512 */
+            check_against_reference(6, 2, 16, 3, &lens[i], 1, 1);  /* another head size: the generic tier code */
+        }
     }
 }
 
 /* A group of 18 query heads per KV head: more than one tile's heads (16). */
 static void test_wide_group(void **state) {
     (void)state;
-    const uint32_t lens[] = {70};
-    check_against_reference(18, 1, 16, 2, lens, 1, 2);
+    for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        const uint32_t lens[] = {70};
+        check_against_reference(18, 1, 16, 2, lens, 1, 2);
+    }
 }
 
 /* Several sequences in one call: tiles never span two sequences. */
 static void test_several_sequences(void **state) {
     (void)state;
-    const uint32_t lens[] = {13, 1, 66};
-    check_against_reference(4, 2, 64, 2, lens, 3, 3);
+    for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        const uint32_t lens[] = {13, 1, 66};
+        check_against_reference(4, 2, 64, 2, lens, 3, 3);
+    }
 }
 
 /* Decode at depth > 1024: each tile's keys split into ranges over the threads, partial states combined. */
 static void test_split_decode_at_depth(void **state) {
     (void)state;
-    const uint32_t one[] = {1500}, two[] = {1300, 1100};
-    check_against_reference(4, 2, 64, 4, one, 1, 3);
-    check_against_reference(4, 1, 64, 8, one, 1, 2);
-    check_against_reference(6, 2, 16, 3, two, 2, 2);
+    for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        const uint32_t one[] = {1500}, two[] = {1300, 1100};
+        check_against_reference(4, 2, 64, 4, one, 1, 3);
+        check_against_reference(4, 1, 64, 8, one, 1, 2);
+        check_against_reference(6, 2, 16, 3, two, 2, 2);
+    }
 }
 
 int main(void) {
