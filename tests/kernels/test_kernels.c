@@ -990,7 +990,7 @@ static void test_rope(void **state) {
 
 /* Every tier's f16_to_f32, f32_to_f16 and q8_0_to_f32 give the scalar reference's bits, at every length (SIMD
  * bodies and tails); q8_0 blocks are what ggml's quantize_row_q8_0_ref writes (checked by hand on one block) and
- * widen back within half a step of their scale. */
+ * widen back within half a step of their scale (and the scale's f16 rounding). */
 static void test_kv_conversions(void **state) {
     (void)state;
     const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
@@ -1032,7 +1032,8 @@ static void test_kv_conversions(void **state) {
         for (size_t i = 0; i < nb * 32; i++) {
             const uint8_t *bk = blocks + i / 32 * SY_Q8_0_BLOCK_BYTES;
             float d = sy_f16_to_f32((uint16_t)(bk[0] | (bk[1] << 8)));
-            if (!(fabsf(b[i] - x[i]) <= 0.5f * d * 1.01f + 1e-6f))
+            /* half a step, plus the code times the scale's own f16 rounding (codes use d before it is rounded) */
+            if (!(fabsf(b[i] - x[i]) <= 0.5f * d + 128.0f * d * 0x1p-11f + 1e-6f))
                 fail_msg("q8_0 element %zu: %g back as %g (d %g)", i, (double)x[i], (double)b[i], (double)d);
         }
         for (int t = 0; t < n_tiers; t++) {

@@ -52,7 +52,7 @@ static int teardown(void **state) {
 /* ---- the checker --------------------------------------------------------------------------------------------- */
 
 static sy_option_spec spec(const char *key, uint32_t type, const char *def, double min, double max) {
-    return (sy_option_spec){sizeof(sy_option_spec), key, type, def, "help", min, max};
+    return (sy_option_spec){sizeof(sy_option_spec), key, type, def, "help", min, max, NULL};
 }
 
 static void expect_bad(const sy_option_spec *specs, uint32_t n, const char *needle) {
