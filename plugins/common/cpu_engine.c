@@ -206,13 +206,19 @@ sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_w
     }
     m->tf = sy_tf_create(cfg, w, n_ctx, opt->threads, err, sizeof err);
     if (m->tf == NULL) return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
-    sy_status st = sy_tf_set_kv_types(m->tf, opt->cache_type_k, opt->cache_type_v, err, sizeof err);
+    /* A decoder embedding model's KV lives for one call and is never reused or saved: the default there is f32,
+     * which keeps its vectors as close to sentence-transformers' as before, at no memory that stays. */
+    bool embeds = m->pooling != SY_POOLING_NONE;
+    sy_dtype type_k = embeds && !opt->cache_type_k_set ? SY_DTYPE_F32 : opt->cache_type_k;
+    sy_dtype type_v = embeds && !opt->cache_type_v_set ? SY_DTYPE_F32 : opt->cache_type_v;
+    if (opt->kv_cache_dir) type_k = type_v = SY_DTYPE_F16; /* its files' type (others were refused) */
+    sy_status st = sy_tf_set_kv_types(m->tf, type_k, type_v, err, sizeof err);
     if (st != SY_OK) return sy_cpu_fail(st, "%s", err);
     sy_tf_prefault(m->tf);
     /* the snapshot layout names the types, so a snapshot restores only into a cache of the same types */
-    const char *tk = sy_cpu_cache_type_name(opt->cache_type_k), *tv = sy_cpu_cache_type_name(opt->cache_type_v);
+    const char *tk = sy_cpu_cache_type_name(type_k), *tv = sy_cpu_cache_type_name(type_v);
     char types[24];
-    if (opt->cache_type_k == opt->cache_type_v)
+    if (type_k == type_v)
         snprintf(types, sizeof types, "%s", tk);
     else
         snprintf(types, sizeof types, "k-%s-v-%s", tk, tv);

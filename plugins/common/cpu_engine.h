@@ -62,7 +62,8 @@ typedef struct sy_cpu_options {
     uint32_t kv_max_tokens;    /* 0: 4 x the context */
     uint32_t kv_buffer_mb;
     bool keep_kv_cache;
-    /* cache_type_k, cache_type_v (llama.cpp's names and values: f16, the default, q8_0, f32); *_set: given */
+    /* cache_type_k, cache_type_v (llama.cpp's names and values: f16, the default, q8_0, f32); *_set: given (a
+     * decoder embedding model's default is f32: its KV lives for one call) */
     sy_dtype cache_type_k, cache_type_v;
     bool cache_type_k_set, cache_type_v_set;
 } sy_cpu_options;
