@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     for (char *t = strtok(types_buf, ","); t && n_types < MAX_TYPES; t = strtok(NULL, ",")) types[n_types++] = t;
     if (n_types == 0 || strcmp(types[0], "f32") != 0) die("--types", "must start with f32 (the reference)");
 
-    sy_plugin_registry reg;
+    static sy_plugin_registry reg; /* zeroed, as the registry wants */
     char err[512];
     if (sy_plugin_registry_load_dir(&reg, plugin_dir, err, sizeof err) != 0) die("plugins", err);
     size_t text_len;
@@ -201,7 +201,9 @@ int main(int argc, char **argv) {
         size_t n_tok = 0;
         int32_t *tokens = sy_loaded_model_tokenize(&lm, text, text_len, SY_TOKENIZE_ADD_SPECIAL, &n_tok, err, sizeof err);
         if (tokens == NULL) die("tokenize", err);
-        if (n_tok > 4000) n_tok = 4000;
+        /* within the context the model was trained for (stories260K: 512) */
+        uint32_t cap = lm.info.n_ctx_train && lm.info.n_ctx_train < 4000 ? lm.info.n_ctx_train : 4000;
+        if (n_tok > cap) n_tok = cap;
         n_text = (uint32_t)n_tok;
         r->ppl = perplexity(&lm, tokens, n_text);
 
@@ -288,6 +290,7 @@ int main(int argc, char **argv) {
                100.0 * r->prefix_sum / (n_prompts * n_gen), r->agree_sum, n_prompts * n_gen,
                100.0 * r->agree_sum / (n_prompts * n_gen), deep);
     }
+    fflush(stdout);
     for (uint32_t p = 0; p < n_prompts; p++) free(ref_gen[p]), free(prompt_tokens[p]);
     free(text);
     sy_plugin_registry_close(&reg);
