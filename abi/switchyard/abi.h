@@ -38,13 +38,14 @@ extern "C" {
 #endif
 
 #define SY_ABI_VERSION_MAJOR 1
-#define SY_ABI_VERSION_MINOR 2
+#define SY_ABI_VERSION_MINOR 3
 
 /* Minor 1.1 appended: sy_engine_api.memory_usage.
  * Minor 1.2 appended: sy_host_api.context, .plugin_path and the *_ctx callbacks; sy_model_info's capabilities
  * (max_rollback, max_decode_tokens, capabilities); sy_decode_item.call and sy_decode_batch.item_status;
  * sy_engine_state_api.state_can_read; the interfaces "sy.plugin.options/1" (option schema) and
- * "sy.engine.resources/1" (the memory a load will take). */
+ * "sy.engine.resources/1" (the memory a load will take).
+ * Minor 1.3 appended: sy_option_spec.choices (the values a STRING option takes, e.g. a KV cache type). */
 
 #ifndef SY_ABI_TARGET_MINOR
 #define SY_ABI_TARGET_MINOR SY_ABI_VERSION_MINOR
@@ -166,6 +167,11 @@ typedef struct sy_option_spec {
     const char *default_value; /* as text; "" when the default is computed (e.g. "the CPUs available") */
     const char *help;          /* one line */
     double min, max;           /* UINT and NUMBER: the range; ignored otherwise */
+#if SY_ABI_TARGET_MINOR >= 3
+    /* 1.3, STRING options: NULL (any text), or the values it takes, comma-separated ("f16,q8_0,f32"); the host
+     * refuses any other value with them listed. A host older than 1.3 does not read it: check the value again. */
+    const char *choices;
+#endif
 } sy_option_spec;
 
 typedef struct sy_plugin_options_api {

@@ -97,6 +97,8 @@ const char *sy_option_range_text(const sy_option_spec *spec, char *buf, size_t s
         snprintf(buf, size, "%llu..%llu", (unsigned long long)as_u64(spec->min), (unsigned long long)as_u64(spec->max));
     else if (spec->type == SY_OPTION_NUMBER)
         snprintf(buf, size, "%g..%g", spec->min, spec->max);
+    else if (sy_option_choices(spec) != NULL)
+        snprintf(buf, size, "%s", sy_option_choices(spec));
     else if (size > 0)
         buf[0] = '\0';
     return buf;
@@ -161,7 +163,17 @@ const char *sy_option_value_check(const sy_option_spec *spec, const char *value,
             return NULL;
         }
         return value;
-    case SY_OPTION_STRING: return value;
+    case SY_OPTION_STRING: {
+        const char *choices = sy_option_choices(spec);
+        if (choices == NULL) return value;
+        for (const char *c = choices; *c;) {
+            size_t n = strcspn(c, ",");
+            if (strlen(value) == n && strncmp(c, value, n) == 0) return value;
+            c += n + (c[n] == ',');
+        }
+        say(why, why_size, value, "is not one of %.100s", choices);
+        return NULL;
+    }
     default:
         snprintf(why, why_size, "the option has an unknown type %u", (unsigned)spec->type);
         return NULL;
@@ -223,6 +235,15 @@ int sy_option_schema_check(const sy_plugin_options_api *api, char *why, size_t w
             if (s->type == SY_OPTION_UINT &&
                 (s->min < 0 || s->max > TWO_POW_64 || floor(s->min) != s->min || floor(s->max) != s->max))
                 return bad(why, why_size, i, s->key, "a uint range must be whole numbers from 0 to 2^64");
+        }
+        const char *choices = sy_option_choices(s);
+        if (choices != NULL) {
+            if (s->type != SY_OPTION_STRING)
+                return bad(why, why_size, i, s->key, "choices are for string options only");
+            if (!is_line(choices, SY_OPTION_HELP_MAX) || choices[0] == '\0' || choices[0] == ',' ||
+                choices[strlen(choices) - 1] == ',' || strstr(choices, ",,") != NULL || strchr(choices, ' ') != NULL)
+                return bad(why, why_size, i, s->key,
+                           "the choices are not one line of comma-separated values (no spaces, none empty)");
         }
         if (s->default_value[0] != '\0') {
             char norm[SY_OPTION_NORM_MAX], reason[256];

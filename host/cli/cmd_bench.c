@@ -224,6 +224,7 @@ int sy_cmd_bench(int argc, char **argv) {
     sy_engine_options_init(&eo);
     int c;
     optind = 1;
+    sy_engine_options_rewrite_aliases(argc, argv);
     while ((c = getopt_long(argc, argv, "p:n:o:h", options, NULL)) != -1) {
         switch (c) {
         case OPT_PLUGIN: plugin = optarg; break;

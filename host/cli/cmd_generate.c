@@ -166,6 +166,7 @@ int sy_cmd_generate(int argc, char **argv) {
     uint64_t u;
     int c, status = 1;
     optind = 1;
+    sy_engine_options_rewrite_aliases(argc, argv);
     while ((c = getopt_long(argc, argv, "n:o:h", options, NULL)) != -1) {
         switch (c) {
         case OPT_PLUGIN: plugin = optarg; break;

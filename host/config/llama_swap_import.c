@@ -314,7 +314,7 @@ static bool import_native(imp *x, const char *name, const char *path, const char
     if (n == 0) return false;
     const char *bin = strrchr(words[0], '/') ? strrchr(words[0], '/') + 1 : words[0];
     if (strncmp(bin, "llama-server", 12) != 0) return false;
-    const char *model = NULL, *ctx = NULL, *threads = NULL, *parallel = NULL;
+    const char *model = NULL, *ctx = NULL, *threads = NULL, *parallel = NULL, *cache_type[2] = {NULL, NULL};
     static const char *const sampling_flags[][2] = {{"--temp", "temperature"}, {"--temperature", "temperature"},
                                                     {"--top-k", "top_k"}, {"--top-p", "top_p"},
                                                     {"--min-p", "min_p"}, {"--repeat-penalty", "repeat_penalty"},
@@ -342,6 +342,15 @@ static bool import_native(imp *x, const char *name, const char *path, const char
         else if ((strcmp(w, "-c") == 0 || strcmp(w, "--ctx-size") == 0) && val) ctx = val, i++;
         else if ((strcmp(w, "-t") == 0 || strcmp(w, "--threads") == 0) && val) threads = val, i++;
         else if ((strcmp(w, "-np") == 0 || strcmp(w, "--parallel") == 0) && val) parallel = val, i++;
+        else if ((strcmp(w, "-ctk") == 0 || strcmp(w, "--cache-type-k") == 0 || strcmp(w, "-ctv") == 0 ||
+                  strcmp(w, "--cache-type-v") == 0) && val) {
+            /* the KV cache types gguf-quant stores; llama.cpp's others (bf16, q4_0, ...) it does not */
+            if (strcmp(val, "f16") == 0 || strcmp(val, "q8_0") == 0 || strcmp(val, "f32") == 0)
+                cache_type[w[strlen(w) - 1] == 'v'] = val;
+            else
+                note(x, kp, "%s %s: gguf-quant keeps its KV cache in f16, q8_0 or f32; dropped (f16)", w, val);
+            i++;
+        }
         else if ((strcmp(w, "--port") == 0 || strcmp(w, "--host") == 0 || strcmp(w, "--alias") == 0 ||
                   strcmp(w, "-a") == 0) && val) i++; /* switchyard serves it under the model's name */
         else {
@@ -383,6 +392,8 @@ static bool import_native(imp *x, const char *name, const char *path, const char
     if (ctx) put_value(x, kp, "ctx_size", ctx);
     if (threads) put_value(x, kp, "threads", threads);
     if (parallel) put_value(x, kp, "parallel", parallel);
+    if (cache_type[0]) put_value(x, kp, "cache_type_k", cache_type[0]);
+    if (cache_type[1]) put_value(x, kp, "cache_type_v", cache_type[1]);
     for (size_t d = 0; d < n_defaults; d++) {
         char key[64];
         snprintf(key, sizeof key, "defaults.%s", defaults[d][0]);

@@ -28,6 +28,8 @@ static const engine_flag flags[] = {
     {"kv-buffer-mb", "--kv-buffer-mb", "kv_buffer_mb", required_argument, "resident tile buffer of the disk KV cache in MB"},
     {"keep-kv-cache", "--keep-kv-cache", "keep_kv_cache", no_argument, "keep KV cache files after unload"},
     {"backend", "--backend", "backend", required_argument, "engine backend, e.g. reference"},
+    {"cache-type-k", "--cache-type-k", "cache_type_k", required_argument, "KV cache type of keys: f16 (default), q8_0, f32 (-ctk)"},
+    {"cache-type-v", "--cache-type-v", "cache_type_v", required_argument, "KV cache type of values: f16 (default), q8_0, f32 (-ctv)"},
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
@@ -58,6 +60,19 @@ void sy_engine_options_set(sy_engine_options *eo, const char *key, const char *v
     eo->items[eo->n_items].value = sy_strdup(value);
     eo->flags[eo->n_items] = flag;
     eo->n_items++;
+}
+
+/* llama.cpp's short spellings that getopt cannot take (several letters after one dash). */
+static const struct {
+    const char *spelled, *as;
+} short_aliases[] = {{"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}};
+
+void sy_engine_options_rewrite_aliases(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) return;
+        for (size_t a = 0; a < sizeof short_aliases / sizeof *short_aliases; a++)
+            if (strcmp(argv[i], short_aliases[a].spelled) == 0) argv[i] = (char *)short_aliases[a].as;
+    }
 }
 
 size_t sy_engine_options_getopt(struct option *out, size_t room) {

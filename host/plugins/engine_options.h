@@ -24,6 +24,9 @@ void sy_engine_options_set(sy_engine_options *eo, const char *key, const char *v
 
 /* Append the getopt_long entries of the engine options to `out` (room for `room`); returns how many. */
 size_t sy_engine_options_getopt(struct option *out, size_t room);
+/* Rewrites llama.cpp's multi-letter short flags (-ctk, -ctv) in argv to their long names, before getopt runs
+ * (up to a "--"). The strings are static. */
+void sy_engine_options_rewrite_aliases(int argc, char **argv);
 /* Handle one getopt result: 1 handled, 0 not an engine option, -1 bad value (err set). */
 int sy_engine_options_handle(sy_engine_options *eo, int code, const char *arg, char *err, size_t err_size);
 void sy_engine_options_usage(FILE *out);

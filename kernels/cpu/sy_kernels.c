@@ -414,6 +414,27 @@ void sy_f32_to_bf16_row(const float *src, uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = sy_f32_to_bf16(src[i]);
 }
 
+void sy_quantize_q8_0_row(const float *x, void *blocks, size_t n) {
+    uint8_t *out = blocks;
+    for (size_t b = 0; b < n / SY_Q8_0_BLOCK_ELEMS; b++, x += SY_Q8_0_BLOCK_ELEMS, out += SY_Q8_0_BLOCK_BYTES) {
+        float amax = 0.0f;
+        for (size_t j = 0; j < SY_Q8_0_BLOCK_ELEMS; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t h = sy_f32_to_f16(d);
+        out[0] = (uint8_t)(h & 0xffu), out[1] = (uint8_t)(h >> 8);
+        for (size_t j = 0; j < SY_Q8_0_BLOCK_ELEMS; j++) out[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+void sy_q8_0_to_f32_row(const void *blocks, float *dst, size_t n_blocks) {
+    const uint8_t *in = blocks;
+    for (size_t b = 0; b < n_blocks; b++, in += SY_Q8_0_BLOCK_BYTES, dst += SY_Q8_0_BLOCK_ELEMS) {
+        float d = sy_f16_to_f32((uint16_t)(in[0] | (in[1] << 8)));
+        for (size_t j = 0; j < SY_Q8_0_BLOCK_ELEMS; j++) dst[j] = d * (float)(int8_t)in[2 + j];
+    }
+}
+
 /* ---- transformer helpers ---- */
 
 void sy_rmsnorm_f32(float *out, const float *x, const float *weight, size_t n, float eps) {

@@ -86,6 +86,14 @@ typedef struct sy_kernels {
      * tier can, with out held in registers. */
     void (*attend_f32)(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
                        float scale, float *max, float *sum, float *out);
+
+    /* KV cache rows in their storage type (the transformer's cache_type_k/v), to and from the f32 the attention
+     * reads. Every tier gives the same bits for finite values (the conversions are exact, or round to nearest
+     * even): f16_to_f32 and f32_to_f16 convert n elements; q8_0_to_f32 widens n_blocks Q8_0 blocks (34 bytes each:
+     * an f16 scale d, then 32 int8 codes q, as ggml lays them out) to 32 * n_blocks floats d * q. */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, size_t n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, size_t n);
+    void (*q8_0_to_f32)(const void *blocks, float *dst, size_t n_blocks);
 } sy_kernels;
 
 /* The table of a tier, or NULL when this CPU (or this build) cannot run it. */
@@ -121,6 +129,17 @@ size_t sy_quantize_x_bytes(size_t k, size_t n_batch);
 /* Quantizes n_batch rows of k floats (row b at X + b*ldx) to 8-bit blocks of 32 with an f32 scale each.
  * Returns SY_KERNEL_EINVAL when k is not a multiple of 32 or a stride overflows. */
 int sy_quantize_x(const float *X, size_t n_batch, size_t ldx, size_t k, void *QX);
+
+/* ---- Q8_0 rows (the KV cache's q8_0) ---- */
+
+#define SY_Q8_0_BLOCK_ELEMS 32
+#define SY_Q8_0_BLOCK_BYTES 34
+/* n floats (a multiple of 32) to n / 32 Q8_0 blocks exactly as ggml's quantize_row_q8_0_ref: per block
+ * d = max|x| / 127 stored as f16, codes roundf(x / d) (0 when d is 0). Writes are rare next to reads (one row per
+ * token and layer), so one scalar version serves every tier. */
+void sy_quantize_q8_0_row(const float *x, void *blocks, size_t n);
+/* The scalar widening of n_blocks Q8_0 blocks (the scalar tier's q8_0_to_f32). */
+void sy_q8_0_to_f32_row(const void *blocks, float *dst, size_t n_blocks);
 
 /* ---- dequantization (scalar reference) ---- */
 

@@ -195,6 +195,13 @@ static void attend_f32_amx(const float *q, const float *K, const float *V, size_
     sy_kernels_avx512_table.attend_f32(q, K, V, stride, n, hd, scale, max, sum, out);
 }
 
+/* The KV cache conversions have no tile work: the AVX-512 tier's. */
+static void f16_to_f32_amx(const uint16_t *src, float *dst, size_t n) { sy_kernels_avx512_table.f16_to_f32(src, dst, n); }
+static void f32_to_f16_amx(const float *src, uint16_t *dst, size_t n) { sy_kernels_avx512_table.f32_to_f16(src, dst, n); }
+static void q8_0_to_f32_amx(const void *blocks, float *dst, size_t n_blocks) {
+    sy_kernels_avx512_table.q8_0_to_f32(blocks, dst, n_blocks);
+}
+
 const sy_kernels sy_kernels_amx_table = {
     .tier = SY_CPU_TIER_AMX,
     .name = "amx",
@@ -203,6 +210,9 @@ const sy_kernels sy_kernels_amx_table = {
     .matmul = matmul_amx,
     .matmul_qx = matmul_qx_amx,
     .attend_f32 = attend_f32_amx,
+    .f16_to_f32 = f16_to_f32_amx,
+    .f32_to_f16 = f32_to_f16_amx,
+    .q8_0_to_f32 = q8_0_to_f32_amx,
 };
 
 #else

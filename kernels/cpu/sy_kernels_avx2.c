@@ -263,6 +263,33 @@ AVX2 static void attend_f32_avx2(const float *q, const float *K, const float *V,
     sy_attend_with(dot_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
 }
 
+/* KV cache conversions: F16C, 8 at a time (round to nearest even, as sy_f32_to_f16), scalar tails. */
+AVX2 static void f16_to_f32_avx2(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+    for (; i < n; i++) dst[i] = sy_f16_to_f32(src[i]);
+}
+
+AVX2 static void f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = sy_f32_to_f16(src[i]);
+}
+
+/* Q8_0 blocks: the scale broadcast, 8 codes sign-extended and converted per multiply (d * q, exact). */
+AVX2 static void q8_0_to_f32_avx2(const void *blocks, float *dst, size_t n_blocks) {
+    const uint8_t *in = blocks;
+    for (size_t b = 0; b < n_blocks; b++, in += 34, dst += 32) {
+        __m256 d = _mm256_set1_ps(sy_load_f16(in));
+        for (size_t j = 0; j < 32; j += 8) {
+            __m128i q8 = _mm_loadl_epi64((const __m128i *)(const void *)(in + 2 + j));
+            _mm256_storeu_ps(dst + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+        }
+    }
+}
+
 const sy_kernels sy_kernels_avx2_table = {
     .tier = SY_CPU_TIER_AVX2,
     .name = "avx2",
@@ -271,6 +298,9 @@ const sy_kernels sy_kernels_avx2_table = {
     .matmul = matmul_avx2,
     .matmul_qx = matmul_qx_avx2,
     .attend_f32 = attend_f32_avx2,
+    .f16_to_f32 = f16_to_f32_avx2,
+    .f32_to_f16 = f32_to_f16_avx2,
+    .q8_0_to_f32 = q8_0_to_f32_avx2,
 };
 
 #endif

@@ -256,6 +256,42 @@ AVX512 static void attend_f32_avx512(const float *q, const float *K, const float
     }
 }
 
+/* KV cache conversions: 16 at a time, masked tails (round to nearest even, as sy_f32_to_f16). */
+AVX512 static void f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(src + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+    }
+}
+
+AVX512 static void f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm256_mask_storeu_epi16(dst + i, m,
+                                 _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+/* Q8_0 blocks: 16 codes sign-extended per multiply by the broadcast scale (d * q, exact). */
+AVX512 static void q8_0_to_f32_avx512(const void *blocks, float *dst, size_t n_blocks) {
+    const uint8_t *in = blocks;
+    for (size_t b = 0; b < n_blocks; b++, in += 34, dst += 32) {
+        __m512 d = _mm512_set1_ps(sy_load_f16(in));
+        __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)(in + 2));
+        __m128i hi = _mm_loadu_si128((const __m128i *)(const void *)(in + 18));
+        _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+    }
+}
+
 const sy_kernels sy_kernels_avx512_table = {
     .tier = SY_CPU_TIER_AVX512,
     .name = "avx512",
@@ -264,6 +300,9 @@ const sy_kernels sy_kernels_avx512_table = {
     .matmul = matmul_avx512,
     .matmul_qx = matmul_qx_avx512,
     .attend_f32 = attend_f32_avx512,
+    .f16_to_f32 = f16_to_f32_avx512,
+    .f32_to_f16 = f32_to_f16_avx512,
+    .q8_0_to_f32 = q8_0_to_f32_avx512,
 };
 
 #endif

@@ -120,4 +120,7 @@ const sy_kernels sy_kernels_scalar_table = {
     .matmul = matmul_scalar,
     .matmul_qx = matmul_qx_scalar,
     .attend_f32 = attend_f32_scalar,
+    .f16_to_f32 = sy_f16_to_f32_row,
+    .f32_to_f16 = sy_f32_to_f16_row,
+    .q8_0_to_f32 = sy_q8_0_to_f32_row,
 };

@@ -81,8 +81,28 @@ static bool parse_bool(const char *key, const char *value, bool *out) {
     return false;
 }
 
+const char *sy_cpu_cache_type_name(sy_dtype type) {
+    switch (type) {
+    case SY_DTYPE_F16: return "f16";
+    case SY_DTYPE_Q8_0: return "q8_0";
+    case SY_DTYPE_F32: return "f32";
+    default: return NULL;
+    }
+}
+
+/* llama.cpp's spelling of a cache type; its other types (bf16, q4_0, q4_1, iq4_nl, q5_0, q5_1) are named as what
+ * this engine does not store. */
+static bool parse_cache_type(const char *key, const char *value, sy_dtype *out) {
+    static const sy_dtype types[] = {SY_DTYPE_F16, SY_DTYPE_Q8_0, SY_DTYPE_F32};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (strcmp(value, sy_cpu_cache_type_name(types[i])) == 0) return *out = types[i], true;
+    sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "option %s=%s: expected one of f16, q8_0, f32", key, value);
+    return false;
+}
+
 sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cpu_options *out) {
     memset(out, 0, sizeof *out);
+    out->cache_type_k = out->cache_type_v = SY_DTYPE_F16;
     out->threads = (uint32_t)sy_threadpool_default_threads();
     out->kv_buffer_mb = SY_CPU_DEFAULT_KV_BUFFER_MB;
     if (n_options > 0 && options == NULL) return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "load: options missing");
@@ -103,6 +123,10 @@ sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cp
             ok = parse_u32(k, v, 0, 1u << 20, &out->kv_buffer_mb);
         } else if (strcmp(k, "keep_kv_cache") == 0) {
             ok = parse_bool(k, v, &out->keep_kv_cache);
+        } else if (strcmp(k, "cache_type_k") == 0) {
+            ok = out->cache_type_k_set = parse_cache_type(k, v, &out->cache_type_k);
+        } else if (strcmp(k, "cache_type_v") == 0) {
+            ok = out->cache_type_v_set = parse_cache_type(k, v, &out->cache_type_v);
         } else if (strcmp(k, "backend") == 0) {
             if (strcmp(v, "core") == 0 || strcmp(v, "default") == 0) {
                 out->backend = SY_CPU_BACKEND_CORE;
@@ -119,6 +143,19 @@ sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cp
     if (out->backend == SY_CPU_BACKEND_REFERENCE && out->kv_cache_dir)
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT,
                            "option kv_cache_dir: the reference backend keeps its KV in RAM (drop one of the two)");
+    /* The disk cache's files are F16 and the reference backend keeps F32: a type asked of them that they would
+     * not keep is refused, the default is theirs. */
+    const char *keys[2] = {"cache_type_k", "cache_type_v"};
+    const sy_dtype types[2] = {out->cache_type_k, out->cache_type_v};
+    const bool given[2] = {out->cache_type_k_set, out->cache_type_v_set};
+    for (int i = 0; i < 2; i++) {
+        if (given[i] && out->kv_cache_dir && types[i] != SY_DTYPE_F16)
+            return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "option %s=%s: the disk KV cache (kv_cache_dir) stores f16",
+                               keys[i], sy_cpu_cache_type_name(types[i]));
+        if (given[i] && out->backend == SY_CPU_BACKEND_REFERENCE && types[i] != SY_DTYPE_F32)
+            return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "option %s=%s: the reference backend keeps its KV in f32",
+                               keys[i], sy_cpu_cache_type_name(types[i]));
+    }
     return SY_OK;
 }
 
@@ -126,19 +163,23 @@ sy_status sy_cpu_options_parse(const sy_option *options, size_t n_options, sy_cp
  * and just outside its range. */
 static const sy_option_spec cpu_option_specs[] = {
     {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "compute threads (default: the CPUs this process may use)",
-     1, SY_THREADPOOL_MAX_THREADS},
+     1, SY_THREADPOOL_MAX_THREADS, NULL},
     {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0",
-     "most tokens one sequence may hold; 0: the model's training context", 0, 1u << 24},
+     "most tokens one sequence may hold; 0: the model's training context", 0, 1u << 24, NULL},
     {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core",
-     "core (the transformer core) or reference (the slow reference forward, KV in RAM)", 0, 0},
+     "core (the transformer core) or reference (the slow reference forward, KV in RAM)", 0, 0, NULL},
     {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "",
-     "keep the KV in F16 files in these folders instead of RAM (default: RAM)", 0, 0},
+     "keep the KV in F16 files in these folders instead of RAM (default: RAM)", 0, 0, NULL},
     {sizeof(sy_option_spec), "kv_max_tokens", SY_OPTION_UINT, "",
-     "positions the disk KV cache holds, all sequences together (default: 4 x the context)", 1, SY_KV_MAX_TOKENS},
+     "positions the disk KV cache holds, all sequences together (default: 4 x the context)", 1, SY_KV_MAX_TOKENS, NULL},
     {sizeof(sy_option_spec), "kv_buffer_mb", SY_OPTION_UINT, "32", "the disk KV cache's resident F32 tile buffer in MiB",
-     0, 1u << 20},
+     0, 1u << 20, NULL},
     {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "leave the disk KV cache's files behind on unload",
-     0, 0},
+     0, 0, NULL},
+    {sizeof(sy_option_spec), "cache_type_k", SY_OPTION_STRING, "f16",
+     "the type the KV cache keeps keys in: f16, q8_0 (blocks of 32, one f16 scale) or f32", 0, 0, SY_CPU_CACHE_TYPES},
+    {sizeof(sy_option_spec), "cache_type_v", SY_OPTION_STRING, "f16",
+     "the type the KV cache keeps values in: f16, q8_0 (blocks of 32, one f16 scale) or f32", 0, 0, SY_CPU_CACHE_TYPES},
 };
 
 const sy_plugin_options_api sy_cpu_options_api = {
@@ -167,7 +208,24 @@ sy_status sy_cpu_model_start(sy_model *m, const sy_tf_config *cfg, const sy_tf_w
     }
     m->tf = sy_tf_create(cfg, w, n_ctx, opt->threads, err, sizeof err);
     if (m->tf == NULL) return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
+    /* A decoder embedding model's KV lives for one call and is never reused or saved: the default there is f32,
+     * which keeps its vectors as close to sentence-transformers' as before, at no memory that stays. */
+    bool embeds = m->pooling != SY_POOLING_NONE;
+    sy_dtype type_k = embeds && !opt->cache_type_k_set ? SY_DTYPE_F32 : opt->cache_type_k;
+    sy_dtype type_v = embeds && !opt->cache_type_v_set ? SY_DTYPE_F32 : opt->cache_type_v;
+    if (opt->kv_cache_dir) type_k = type_v = SY_DTYPE_F16; /* its files' type (others were refused) */
+    sy_status st = sy_tf_set_kv_types(m->tf, type_k, type_v, err, sizeof err);
+    if (st != SY_OK) return sy_cpu_fail(st, "%s", err);
     sy_tf_prefault(m->tf);
+    /* the snapshot layout names the types, so a snapshot restores only into a cache of the same types */
+    const char *tk = sy_cpu_cache_type_name(type_k), *tv = sy_cpu_cache_type_name(type_v);
+    char types[24];
+    if (type_k == type_v)
+        snprintf(types, sizeof types, "%s", tk);
+    else
+        snprintf(types, sizeof types, "k-%s-v-%s", tk, tv);
+    snprintf(m->state_layout, sizeof m->state_layout, "sy-cpu-kv-%s%s-v1", types,
+             sy_tf_conv_state_floats(m->tf) ? "-conv-f32" : "");
     if (opt->kv_cache_dir) {
         uint64_t max_tokens = opt->kv_max_tokens ? opt->kv_max_tokens : 4ull * n_ctx;
         if (max_tokens > SY_KV_MAX_TOKENS) max_tokens = SY_KV_MAX_TOKENS;
@@ -203,6 +261,8 @@ sy_status sy_cpu_estimate(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
         if (tf == NULL)
             return sy_cpu_fail(strstr(err, "not supported") ? SY_ERR_UNSUPPORTED : SY_ERR_FORMAT, "%s", err);
         sy_tf_memory(tf, &tm);
+        tm.resident_bytes += sy_tf_kv_read_scratch_bytes(sy_tf_kv_dim(tf), opt->cache_type_k, opt->cache_type_v,
+                                                         opt->threads);
         if (opt->kv_cache_dir) /* its files stay empty until a sequence holds positions */
             tm.resident_bytes += sy_kv_cache_resident_at_create((uint32_t)sy_tf_kv_dim(tf), opt->threads);
         sy_tf_destroy(tf);
@@ -493,10 +553,14 @@ sy_status sy_cpu_decode(sy_model *m, const sy_decode_batch *batch) {
 
 #define STATE_PIECE_POSITIONS 16u /* positions handed to the host's writer / asked of its reader per call */
 
+/* A chunk's state bytes: for each position, for each attention layer, the K row then the V row in the KV cache
+ * types (sy_tf_kv_row_bytes: F32, F16, or Q8_0 blocks as ggml lays them out); then the conv state (F32). */
 typedef struct state_shape {
-    uint32_t element_size; /* 4: KV as F32 (RAM store), 2: F16 (disk cache) */
+    uint32_t element_size; /* of the K type, for the snapshot's byte shuffle: 4 F32, 2 F16, 1 Q8_0 */
     uint32_t n_kv_layers;
     size_t kv_dim;
+    size_t row_bytes[2]; /* K, V */
+    sy_dtype type[2];
     size_t conv_floats;
     uint64_t kv_bytes_per_token;
 } state_shape;
@@ -504,11 +568,14 @@ typedef struct state_shape {
 static state_shape state_shape_of(const sy_model *m) {
     state_shape sh = {0};
     const sy_tf_config *c = sy_tf_model_config(m->tf);
-    sh.element_size = m->kv_cache ? 2 : 4;
+    sy_tf_kv_types(m->tf, &sh.type[0], &sh.type[1]);
+    sh.element_size = sh.type[0] == SY_DTYPE_F32 ? 4 : sh.type[0] == SY_DTYPE_F16 ? 2 : 1;
     sh.kv_dim = sy_tf_kv_dim(m->tf);
+    sh.row_bytes[0] = sy_tf_kv_row_bytes(m->tf, 0);
+    sh.row_bytes[1] = sy_tf_kv_row_bytes(m->tf, 1);
     for (uint32_t l = 0; l < c->n_layer; l++) sh.n_kv_layers += sy_tf_layer_has_kv(m->tf, l);
     sh.conv_floats = sy_tf_conv_state_floats(m->tf);
-    sh.kv_bytes_per_token = 2ull * sh.n_kv_layers * sh.kv_dim * sh.element_size;
+    sh.kv_bytes_per_token = (uint64_t)sh.n_kv_layers * (sh.row_bytes[0] + sh.row_bytes[1]);
     return sh;
 }
 
@@ -517,11 +584,9 @@ static sy_status state_info(const sy_model *m, sy_state_info *out) {
         return sy_cpu_fail(SY_ERR_INVALID_ARGUMENT, "state_info: bad arguments");
     if (m->tf == NULL) return sy_cpu_fail(SY_ERR_UNSUPPORTED, "state_info: the reference backend keeps no state");
     state_shape sh = state_shape_of(m);
-    const char *layout = sh.conv_floats ? (sh.element_size == 2 ? "sy-cpu-kv-f16-conv-f32-v1" : "sy-cpu-kv-f32-conv-f32-v1")
-                                        : (sh.element_size == 2 ? "sy-cpu-kv-f16-v1" : "sy-cpu-kv-f32-v1");
     sy_state_info info = {
         .struct_size = out->struct_size,
-        .layout = layout,
+        .layout = m->state_layout,
         .element_size = sh.element_size,
         .kv_bytes_per_token = sh.kv_bytes_per_token,
         .recurrent_bytes = (uint64_t)sh.conv_floats * sizeof(float),
@@ -536,50 +601,21 @@ static uint64_t state_chunk_bytes(const sy_model *m, uint32_t n_positions) {
     return (uint64_t)n_positions * sh.kv_bytes_per_token + (uint64_t)sh.conv_floats * sizeof(float);
 }
 
-/* Scratch for one piece of positions in the chunk's layout, and one row pair in F32. */
-typedef struct state_buffers {
-    uint8_t *piece;
-    float *k, *v;
-} state_buffers;
-
-static bool state_buffers_alloc(const state_shape *sh, state_buffers *b) {
-    b->piece = malloc((size_t)sh->kv_bytes_per_token * STATE_PIECE_POSITIONS + 1);
-    b->k = malloc(sh->kv_dim * sizeof(float) + 1);
-    b->v = malloc(sh->kv_dim * sizeof(float) + 1);
-    return b->piece && b->k && b->v;
-}
-
-static void state_buffers_free(state_buffers *b) {
-    free(b->piece);
-    free(b->k);
-    free(b->v);
-}
-
-/* Row in the layout's precision at dst (bytes) from src (F32), and back. */
-static void row_pack(const state_shape *sh, const float *src, uint8_t *dst) {
-    if (sh->element_size == 2) {
-        uint16_t tmp[256];
-        for (size_t i = 0; i < sh->kv_dim; i += 256) {
-            size_t n = sh->kv_dim - i < 256 ? sh->kv_dim - i : 256;
-            sy_f32_to_f16_row(src + i, tmp, n);
-            memcpy(dst + i * 2, tmp, n * 2);
+/* A row read from a snapshot holds only finite values (a NaN or infinity would poison every later attention):
+ * F32 and F16 elements, and Q8_0 block scales (the int8 codes are always finite). */
+static bool row_is_finite(sy_dtype type, const uint8_t *row, size_t kv_dim) {
+    if (type == SY_DTYPE_F32) {
+        for (size_t i = 0; i < kv_dim; i++) {
+            float f;
+            memcpy(&f, row + 4 * i, sizeof f);
+            if (!isfinite(f)) return false;
         }
-    } else {
-        memcpy(dst, src, sh->kv_dim * sizeof(float));
+        return true;
     }
-}
-
-static void row_unpack(const state_shape *sh, const uint8_t *src, float *dst) {
-    if (sh->element_size == 2) {
-        uint16_t tmp[256];
-        for (size_t i = 0; i < sh->kv_dim; i += 256) {
-            size_t n = sh->kv_dim - i < 256 ? sh->kv_dim - i : 256;
-            memcpy(tmp, src + i * 2, n * 2);
-            sy_f16_to_f32_row(tmp, dst + i, n);
-        }
-    } else {
-        memcpy(dst, src, sh->kv_dim * sizeof(float));
-    }
+    size_t step = type == SY_DTYPE_F16 ? 2 : SY_Q8_0_BLOCK_BYTES, n = type == SY_DTYPE_F16 ? kv_dim : kv_dim / 32;
+    for (size_t i = 0; i < n; i++) /* an f16 is finite unless its exponent bits are all ones */
+        if ((row[i * step + 1] & 0x7cu) == 0x7cu) return false;
+    return true;
 }
 
 static sy_status state_save_chunk(sy_model *m, const sy_seq *seq, uint32_t begin, uint32_t end,
@@ -604,27 +640,24 @@ static sy_status state_save_chunk(sy_model *m, const sy_seq *seq, uint32_t begin
                                "state_save_chunk: the conv state after %u of %u tokens is no longer kept", end, len);
         }
     }
-    state_buffers b;
     sy_status st = SY_OK;
-    if (!state_buffers_alloc(&sh, &b)) {
+    uint8_t *piece = malloc((size_t)sh.kv_bytes_per_token * STATE_PIECE_POSITIONS + 1);
+    if (piece == NULL) {
         st = sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "state_save_chunk: out of memory");
         goto done;
     }
-    const size_t row_bytes = sh.kv_dim * sh.element_size;
     const uint32_t n_layer = sy_tf_model_config(m->tf)->n_layer;
     for (uint32_t pos = begin; pos < end;) {
         uint32_t n = end - pos < STATE_PIECE_POSITIONS ? end - pos : STATE_PIECE_POSITIONS;
-        uint8_t *at = b.piece;
+        uint8_t *at = piece;
         for (uint32_t p = pos; p < pos + n; p++) {
             for (uint32_t l = 0; l < n_layer; l++) {
                 if (!sy_tf_layer_has_kv(m->tf, l)) continue;
-                sy_tf_seq_get_kv(m->tf, seq->tf, l, p, b.k, b.v);
-                row_pack(&sh, b.k, at);
-                row_pack(&sh, b.v, at + row_bytes);
-                at += 2 * row_bytes;
+                sy_tf_seq_get_kv_rows(m->tf, seq->tf, l, p, at, at + sh.row_bytes[0]);
+                at += sh.row_bytes[0] + sh.row_bytes[1];
             }
         }
-        st = writer->write(writer->user, b.piece, (size_t)(at - b.piece));
+        st = writer->write(writer->user, piece, (size_t)(at - piece));
         if (st != SY_OK) {
             st = sy_cpu_fail(st, "state_save_chunk: the host's writer failed (status %d)", (int)st);
             goto done;
@@ -636,7 +669,7 @@ static sy_status state_save_chunk(sy_model *m, const sy_seq *seq, uint32_t begin
         if (st != SY_OK) st = sy_cpu_fail(st, "state_save_chunk: the host's writer failed (status %d)", (int)st);
     }
 done:
-    state_buffers_free(&b);
+    free(piece);
     free(conv);
     return st;
 }
@@ -663,29 +696,33 @@ static sy_status state_load_chunk(sy_model *m, sy_seq *seq, uint32_t begin, uint
     sy_status st = sy_tf_seq_begin_append(m->tf, seq->tf, end - begin, err, sizeof err);
     if (st != SY_OK) return sy_cpu_fail(st, "state_load_chunk: %s", err);
     state_shape sh = state_shape_of(m);
-    state_buffers b;
+    uint8_t *piece = malloc((size_t)sh.kv_bytes_per_token * STATE_PIECE_POSITIONS + 1);
     float *conv = sh.conv_floats ? malloc(sh.conv_floats * sizeof(float)) : NULL;
-    if (!state_buffers_alloc(&sh, &b) || (sh.conv_floats && conv == NULL)) {
+    if (piece == NULL || (sh.conv_floats && conv == NULL)) {
         st = sy_cpu_fail(SY_ERR_OUT_OF_MEMORY, "state_load_chunk: out of memory");
         goto done;
     }
     /* Rows go to the reserved positions past the length; they count only once everything has arrived. */
-    const size_t row_bytes = sh.kv_dim * sh.element_size;
     for (uint32_t pos = begin; pos < end;) {
         uint32_t n = end - pos < STATE_PIECE_POSITIONS ? end - pos : STATE_PIECE_POSITIONS;
-        st = reader->read(reader->user, b.piece, (size_t)n * sh.kv_bytes_per_token);
+        st = reader->read(reader->user, piece, (size_t)n * sh.kv_bytes_per_token);
         if (st != SY_OK) {
             st = sy_cpu_fail(st, "state_load_chunk: the host's reader failed (status %d)", (int)st);
             goto done;
         }
-        const uint8_t *at = b.piece;
+        const uint8_t *at = piece;
         for (uint32_t p = pos; p < pos + n; p++) {
             for (uint32_t l = 0; l < c->n_layer; l++) {
                 if (!sy_tf_layer_has_kv(m->tf, l)) continue;
-                row_unpack(&sh, at, b.k);
-                row_unpack(&sh, at + row_bytes, b.v);
-                sy_tf_seq_set_kv(m->tf, seq->tf, l, p, b.k, b.v);
-                at += 2 * row_bytes;
+                for (int kind = 0; kind < 2; kind++)
+                    if (!row_is_finite(sh.type[kind], at + (kind ? sh.row_bytes[0] : 0), sh.kv_dim)) {
+                        st = sy_cpu_fail(SY_ERR_INVALID_ARGUMENT,
+                                         "state_load_chunk: a %s value of layer %u at position %u is not finite",
+                                         kind ? "V" : "K", l, p);
+                        goto done;
+                    }
+                sy_tf_seq_set_kv_rows(m->tf, seq->tf, l, p, at, at + sh.row_bytes[0]);
+                at += sh.row_bytes[0] + sh.row_bytes[1];
             }
         }
         pos += n;
@@ -704,13 +741,16 @@ static sy_status state_load_chunk(sy_model *m, sy_seq *seq, uint32_t begin, uint
     }
     sy_tf_seq_end_append(m->tf, seq->tf, end - begin, conv);
 done:
-    state_buffers_free(&b);
+    free(piece);
     free(conv);
     return st;
 }
 
-/* The layout names carry the chunk format ("sy-cpu-kv-f16-v1"): any build that writes this model's layout wrote
- * the same bytes, so a plugin upgrade does not void the snapshots of its users. */
+/* The layout names carry the chunk format ("sy-cpu-kv-f16-v1", "sy-cpu-kv-q8_0-v1", "sy-cpu-kv-k-f16-v-q8_0-v1",
+ * "-conv-f32" with a conv state): any build that writes this model's layout wrote the same bytes, so a plugin
+ * upgrade does not void the snapshots of its users. A snapshot of other KV cache types is not read: the
+ * engine is not told a chunk's layout when it loads it, so it could not convert, and the host skips it with the
+ * reason (its key's layout differs). */
 static int state_can_read(const sy_model *m, const char *layout, const char *writer_version) {
     (void)writer_version;
     sy_state_info info = {.struct_size = sizeof info};

@@ -62,7 +62,16 @@ typedef struct sy_cpu_options {
     uint32_t kv_max_tokens;    /* 0: 4 x the context */
     uint32_t kv_buffer_mb;
     bool keep_kv_cache;
+    /* cache_type_k, cache_type_v (llama.cpp's names and values: f16, the default, q8_0, f32); *_set: given (a
+     * decoder embedding model's default is f32: its KV lives for one call) */
+    sy_dtype cache_type_k, cache_type_v;
+    bool cache_type_k_set, cache_type_v_set;
 } sy_cpu_options;
+
+/* The values cache_type_k/v take, as the option schema and its messages list them. */
+#define SY_CPU_CACHE_TYPES "f16,q8_0,f32"
+/* "f16", "q8_0", "f32" for those types, NULL for any other. */
+const char *sy_cpu_cache_type_name(sy_dtype type);
 
 #define SY_CPU_DEFAULT_KV_BUFFER_MB 32u
 
@@ -126,6 +135,7 @@ struct sy_model {
     sy_enc_model *enc;  /* BERT-family encoders: set by sy_cpu_model_start_encoder, instead of tf and ref */
 
     /* set by sy_cpu_model_start */
+    char state_layout[48]; /* "sy-cpu-kv-f16-v1", ...: the KV cache types name the snapshot layout */
     sy_tf_model *tf;
     sy_ref_model *ref;
     sy_kv_cache *kv_cache;

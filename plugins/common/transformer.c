@@ -70,6 +70,10 @@ struct sy_tf_model {
 
     const sy_tf_kv_store_ops *kv_ops;
     void *kv_store;
+    sy_dtype kv_type[2];     /* K, V: the RAM store's cache types (sy_tf_set_kv_types) */
+    size_t kv_row_bytes[2];  /* one position's K / V row of one layer in them */
+    float *kv_scratch;       /* widened reads, kv_scratch_floats per thread; NULL when both are F32 */
+    size_t kv_scratch_floats;
     uint32_t n_seqs; /* alive, so the store is not swapped under them */
 
     /* scratch of one chunk (decode is serial per model) */
@@ -277,6 +281,7 @@ sy_tf_model *sy_tf_create(const sy_tf_config *cfg, const sy_tf_weights *w, uint3
     m->pool = sy_threadpool_create(n_threads ? n_threads : 1);
     if (m->pool == NULL) goto oom;
     sy_tf_set_kv_store(m, NULL, NULL);
+    if (sy_tf_set_kv_types(m, SY_DTYPE_F32, SY_DTYPE_F32, err, err_size) != SY_OK) goto fail;
     return m;
 
 oom:
@@ -301,7 +306,7 @@ void sy_tf_destroy(sy_tf_model *m) {
     free(m->output_norm);
     free(m->inv_freq);
     free(m->x), free(m->xb), free(m->q), free(m->att), free(m->att_part), free(m->k), free(m->v);
-    free(m->gate), free(m->up), free(m->logits), free(m->qx);
+    free(m->gate), free(m->up), free(m->logits), free(m->qx), free(m->kv_scratch);
     free(m);
 }
 
@@ -341,14 +346,25 @@ void sy_tf_memory(const sy_tf_model *m, sy_tf_memory_info *out) {
     if (m->kv_ops->memory) m->kv_ops->memory(m->kv_store, out);
 }
 
-/* ---- the RAM KV store: per sequence and layer one F32 buffer of [cap][kv_dim], grown as it fills ---- */
+/* ---- the RAM KV store: per sequence and layer one K and one V buffer of [cap] rows in the cache types
+ * (cache_type_k/v: F32, F16 or Q8_0 blocks of 32 along the row), grown as they fill ----
+ *
+ * F32 rows are read in place. Rows of the other types are widened to F32 on read, a block of up to
+ * RAM_READ_POSITIONS positions and the columns asked for (whole Q8_0 blocks around them) at a time, into the
+ * reading thread's scratch: the attention asks for one tile's keys (64) of one KV head, which the tile's query
+ * heads then share, so each stored byte is widened once per tile and the cache's memory traffic shrinks with its
+ * type. */
+
+#define RAM_READ_POSITIONS 64 /* positions one read widens: ATTN_TILE_KEYS */
 
 typedef struct ram_kv {
-    uint32_t cap;   /* positions the buffers have room for */
-    float **k, **v; /* [n_layer] -> [cap][kv_dim] */
+    uint32_t cap;     /* positions the buffers have room for */
+    uint8_t **k, **v; /* [n_layer] -> [cap] rows of kv_row_bytes[0] / [1] */
 } ram_kv;
 
-static size_t ram_layer_bytes(const sy_tf_model *m, uint32_t cap) { return (size_t)cap * m->kv_dim * sizeof(float); }
+static size_t ram_layer_bytes(const sy_tf_model *m, uint32_t cap) {
+    return (size_t)cap * (m->kv_row_bytes[0] + m->kv_row_bytes[1]);
+}
 
 static void *ram_seq_create(void *store) {
     sy_tf_model *m = store;
@@ -372,7 +388,7 @@ static void ram_seq_free(void *store, void *kv) {
         free(s->k[l]);
         free(s->v[l]);
     }
-    uint64_t bytes = 2ull * m->cfg.n_layer * ram_layer_bytes(m, s->cap);
+    uint64_t bytes = (uint64_t)m->cfg.n_layer * ram_layer_bytes(m, s->cap);
     atomic_fetch_sub(&m->kv_bytes, bytes);
     atomic_fetch_sub(&m->resident_bytes, bytes);
     free(s->k);
@@ -390,12 +406,12 @@ static bool ram_reserve(void *store, void *kv, uint32_t keep, uint32_t need, cha
     if (cap < (uint64_t)s->cap + KV_MIN_GROW) cap = (uint64_t)s->cap + KV_MIN_GROW;
     if (cap < need) cap = need;
     if (cap > m->n_ctx) cap = m->n_ctx;
-    size_t bytes = ram_layer_bytes(m, (uint32_t)cap);
+    size_t k_bytes = (size_t)cap * m->kv_row_bytes[0], v_bytes = (size_t)cap * m->kv_row_bytes[1];
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         /* Each layer grows on its own; a failure midway leaves larger buffers than cap says, which is harmless
          * (the next reserve reallocates them again). */
-        float *k = realloc(s->k[l], bytes);
-        float *v = k ? realloc(s->v[l], bytes) : NULL;
+        uint8_t *k = realloc(s->k[l], k_bytes);
+        uint8_t *v = k ? realloc(s->v[l], v_bytes) : NULL;
         if (k) s->k[l] = k;
         if (v == NULL) {
             sy_errmsg(err, err_size, "out of memory for %u positions of KV", (unsigned)cap);
@@ -403,27 +419,67 @@ static bool ram_reserve(void *store, void *kv, uint32_t keep, uint32_t need, cha
         }
         s->v[l] = v;
     }
-    uint64_t grown = 2ull * m->cfg.n_layer * (bytes - ram_layer_bytes(m, s->cap));
+    uint64_t grown = (uint64_t)m->cfg.n_layer * (ram_layer_bytes(m, (uint32_t)cap) - ram_layer_bytes(m, s->cap));
     atomic_fetch_add(&m->kv_bytes, grown);
     atomic_fetch_add(&m->resident_bytes, grown);
     s->cap = (uint32_t)cap;
     return true;
 }
 
+/* One row of kv_dim floats in the cache type `type` at dst. */
+static void kv_row_store(const sy_tf_model *m, sy_dtype type, const float *src, uint8_t *dst) {
+    if (type == SY_DTYPE_F16)
+        m->kern->f32_to_f16(src, (uint16_t *)(void *)dst, m->kv_dim);
+    else if (type == SY_DTYPE_Q8_0)
+        sy_quantize_q8_0_row(src, dst, m->kv_dim);
+    else
+        memcpy(dst, src, m->kv_dim * sizeof(float));
+}
+
+/* Columns [c0, c0 + n_cols) of a row in the cache type `type` widened to F32 at dst (for Q8_0, c0 and n_cols
+ * are whole blocks). */
+static void kv_row_load(const sy_tf_model *m, sy_dtype type, const uint8_t *row, size_t c0, size_t n_cols,
+                        float *dst) {
+    if (type == SY_DTYPE_F16)
+        m->kern->f16_to_f32((const uint16_t *)(const void *)row + c0, dst, n_cols);
+    else if (type == SY_DTYPE_Q8_0)
+        m->kern->q8_0_to_f32(row + c0 / SY_Q8_0_BLOCK_ELEMS * SY_Q8_0_BLOCK_BYTES, dst, n_cols / SY_Q8_0_BLOCK_ELEMS);
+    else
+        memcpy(dst, (const float *)(const void *)row + c0, n_cols * sizeof(float));
+}
+
 static void ram_write(void *store, void *kv, uint32_t l, uint32_t pos, const float *k, const float *v) {
     sy_tf_model *m = store;
     ram_kv *s = kv;
-    memcpy(s->k[l] + (size_t)pos * m->kv_dim, k, m->kv_dim * sizeof(float));
-    memcpy(s->v[l] + (size_t)pos * m->kv_dim, v, m->kv_dim * sizeof(float));
+    kv_row_store(m, m->kv_type[0], k, s->k[l] + (size_t)pos * m->kv_row_bytes[0]);
+    kv_row_store(m, m->kv_type[1], v, s->v[l] + (size_t)pos * m->kv_row_bytes[1]);
 }
 
 static void ram_read(void *store, const void *kv, uint32_t l, uint32_t p0, uint32_t n, uint32_t col,
                      uint32_t n_cols, size_t thread_index, sy_tf_kv_view *out) {
-    (void)n_cols, (void)thread_index;
     const sy_tf_model *m = store;
     const ram_kv *s = kv;
-    size_t at = (size_t)p0 * m->kv_dim + col;
-    *out = (sy_tf_kv_view){s->k[l] + at, s->v[l] + at, m->kv_dim, n};
+    if (m->kv_scratch == NULL) { /* both F32: in place */
+        size_t at = (size_t)p0 * m->kv_dim + col;
+        *out = (sy_tf_kv_view){(const float *)(const void *)s->k[l] + at, (const float *)(const void *)s->v[l] + at,
+                               m->kv_dim, n};
+        return;
+    }
+    /* K and V share the view's stride, so both are widened over the same window: the columns asked for, or the
+     * whole Q8_0 blocks around them when either type is Q8_0. */
+    size_t c0 = col, width = n_cols;
+    if (m->kv_type[0] == SY_DTYPE_Q8_0 || m->kv_type[1] == SY_DTYPE_Q8_0) {
+        c0 = col / SY_Q8_0_BLOCK_ELEMS * SY_Q8_0_BLOCK_ELEMS;
+        width = ((size_t)col + n_cols + SY_Q8_0_BLOCK_ELEMS - 1) / SY_Q8_0_BLOCK_ELEMS * SY_Q8_0_BLOCK_ELEMS - c0;
+    }
+    if (n > RAM_READ_POSITIONS) n = RAM_READ_POSITIONS;
+    float *k = m->kv_scratch + thread_index * m->kv_scratch_floats, *v = k + m->kv_scratch_floats / 2;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t p = (size_t)p0 + i;
+        kv_row_load(m, m->kv_type[0], s->k[l] + p * m->kv_row_bytes[0], c0, width, k + i * width);
+        kv_row_load(m, m->kv_type[1], s->v[l] + p * m->kv_row_bytes[1], c0, width, v + i * width);
+    }
+    *out = (sy_tf_kv_view){k + (col - c0), v + (col - c0), width, n};
 }
 
 static bool ram_copy_prefix(void *store, void *dst, const void *src, uint32_t n, char *err, size_t err_size) {
@@ -431,10 +487,9 @@ static bool ram_copy_prefix(void *store, void *dst, const void *src, uint32_t n,
     ram_kv *d = dst;
     const ram_kv *s = src;
     if (!ram_reserve(store, dst, 0, n, err, err_size)) return false;
-    size_t bytes = (size_t)n * m->kv_dim * sizeof(float);
-    for (uint32_t l = 0; l < m->cfg.n_layer && bytes > 0; l++) {
-        memcpy(d->k[l], s->k[l], bytes);
-        memcpy(d->v[l], s->v[l], bytes);
+    for (uint32_t l = 0; l < m->cfg.n_layer && n > 0; l++) {
+        memcpy(d->k[l], s->k[l], (size_t)n * m->kv_row_bytes[0]);
+        memcpy(d->v[l], s->v[l], (size_t)n * m->kv_row_bytes[1]);
     }
     return true;
 }
@@ -454,6 +509,63 @@ sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void
     m->kv_store = ops ? store : m;
     return SY_OK;
 }
+
+bool sy_tf_kv_type_supported(sy_dtype type) {
+    return type == SY_DTYPE_F32 || type == SY_DTYPE_F16 || type == SY_DTYPE_Q8_0;
+}
+
+sy_status sy_tf_set_kv_types(sy_tf_model *m, sy_dtype type_k, sy_dtype type_v, char *err, size_t err_size) {
+    if (m->n_seqs > 0) {
+        sy_errmsg(err, err_size, "the KV cache types cannot change while sequences exist");
+        return SY_ERR_INVALID_ARGUMENT;
+    }
+    const sy_dtype types[2] = {type_k, type_v};
+    for (int i = 0; i < 2; i++) {
+        if (!sy_tf_kv_type_supported(types[i])) {
+            sy_errmsg(err, err_size, "KV cache type %d is not one of f32, f16, q8_0", (int)types[i]);
+            return SY_ERR_UNSUPPORTED;
+        }
+        if (types[i] == SY_DTYPE_Q8_0 && m->kv_dim % SY_Q8_0_BLOCK_ELEMS != 0) {
+            sy_errmsg(err, err_size, "cache_type_%c q8_0 needs a KV row (%u KV heads x %u) that is a multiple of 32",
+                      i == 0 ? 'k' : 'v', m->cfg.n_head_kv, m->cfg.head_dim);
+            return SY_ERR_UNSUPPORTED;
+        }
+    }
+    /* scratch of the widened reads: K and V of RAM_READ_POSITIONS positions per thread, up to a whole row each */
+    float *scratch = NULL;
+    size_t per_thread = 2 * RAM_READ_POSITIONS * m->kv_dim, threads = sy_threadpool_size(m->pool);
+    /* m->kv_scratch_floats and the allocation below are what sy_tf_kv_read_scratch_bytes counts */
+    if (type_k != SY_DTYPE_F32 || type_v != SY_DTYPE_F32) {
+        scratch = alloc_counted(m, threads * per_thread * sizeof(float));
+        if (scratch == NULL) {
+            sy_errmsg(err, err_size, "out of memory for the KV cache's read scratch");
+            return SY_ERR_OUT_OF_MEMORY;
+        }
+    }
+    if (m->kv_scratch) {
+        free(m->kv_scratch);
+        atomic_fetch_sub(&m->resident_bytes, threads * m->kv_scratch_floats * sizeof(float));
+    }
+    m->kv_scratch = scratch;
+    m->kv_scratch_floats = scratch ? per_thread : 0;
+    for (int i = 0; i < 2; i++) {
+        m->kv_type[i] = types[i];
+        m->kv_row_bytes[i] = sy_dtype_row_bytes(types[i], m->kv_dim);
+    }
+    return SY_OK;
+}
+
+uint64_t sy_tf_kv_read_scratch_bytes(size_t kv_dim, sy_dtype type_k, sy_dtype type_v, uint32_t n_threads) {
+    if (type_k == SY_DTYPE_F32 && type_v == SY_DTYPE_F32) return 0;
+    return 2ull * RAM_READ_POSITIONS * kv_dim * sizeof(float) * n_threads;
+}
+
+void sy_tf_kv_types(const sy_tf_model *m, sy_dtype *type_k, sy_dtype *type_v) {
+    *type_k = m->kv_type[0];
+    *type_v = m->kv_type[1];
+}
+
+size_t sy_tf_kv_row_bytes(const sy_tf_model *m, int kind) { return m->kv_row_bytes[kind != 0]; }
 
 /* ---- snapshots ---- */
 
@@ -489,6 +601,34 @@ sy_status sy_tf_seq_begin_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, char 
 
 void sy_tf_seq_set_kv(sy_tf_model *m, sy_tf_seq *s, uint32_t l, uint32_t pos, const float *k, const float *v) {
     m->kv_ops->write(m->kv_store, s->kv, l, pos, k, v);
+}
+
+void sy_tf_seq_get_kv_rows(sy_tf_model *m, const sy_tf_seq *s, uint32_t l, uint32_t pos, void *k, void *v) {
+    if (m->kv_ops == &ram_store_ops) {
+        const ram_kv *r = s->kv;
+        memcpy(k, r->k[l] + (size_t)pos * m->kv_row_bytes[0], m->kv_row_bytes[0]);
+        memcpy(v, r->v[l] + (size_t)pos * m->kv_row_bytes[1], m->kv_row_bytes[1]);
+        return;
+    }
+    /* another store holds F32 or less precise values (kv_cache.c: F16), so storing them in the cache type
+     * loses nothing the store had */
+    sy_tf_kv_view view;
+    m->kv_ops->read(m->kv_store, s->kv, l, pos, 1, 0, (uint32_t)m->kv_dim, 0, &view);
+    kv_row_store(m, m->kv_type[0], view.k, k);
+    kv_row_store(m, m->kv_type[1], view.v, v);
+}
+
+void sy_tf_seq_set_kv_rows(sy_tf_model *m, sy_tf_seq *s, uint32_t l, uint32_t pos, const void *k, const void *v) {
+    if (m->kv_ops == &ram_store_ops) {
+        ram_kv *r = s->kv;
+        memcpy(r->k[l] + (size_t)pos * m->kv_row_bytes[0], k, m->kv_row_bytes[0]);
+        memcpy(r->v[l] + (size_t)pos * m->kv_row_bytes[1], v, m->kv_row_bytes[1]);
+        return;
+    }
+    float *fk = m->k, *fv = m->v; /* the chunk scratch: serial, no decode runs */
+    kv_row_load(m, m->kv_type[0], k, 0, m->kv_dim, fk);
+    kv_row_load(m, m->kv_type[1], v, 0, m->kv_dim, fv);
+    m->kv_ops->write(m->kv_store, s->kv, l, pos, fk, fv);
 }
 
 void sy_tf_seq_end_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, const float *conv_state) {

@@ -9,8 +9,9 @@
  * Shapes (ggml convention, as GGUF stores them): a matrix of `rows` x `cols` has `rows` rows of `cols`
  * elements; a projection y = W x takes x of `cols` and gives y of `rows`.
  *
- * Sequences hold their tokens' K and V in a KV store: by default in RAM as F32, one buffer per layer, grown as they
- * fill up to n_ctx; sy_tf_set_kv_store installs another (kv_cache.h keeps them in F16 files on disk).
+ * Sequences hold their tokens' K and V in a KV store: by default in RAM, one buffer per layer, grown as they fill up
+ * to n_ctx, in the cache types of sy_tf_set_kv_types (F32 unless set; F16, or Q8_0 as ggml lays it out);
+ * sy_tf_set_kv_store installs another (kv_cache.h keeps them in F16 files on disk).
  * sy_tf_decode runs any number of sequences at once; all tokens of a call pass through each matrix together, so a
  * weight row is read once per chunk of up to SY_TF_MAX_BATCH tokens.
  *
@@ -141,6 +142,20 @@ typedef struct sy_tf_kv_store_ops {
 sy_status sy_tf_set_kv_store(sy_tf_model *m, const sy_tf_kv_store_ops *ops, void *store);
 uint32_t sy_tf_n_threads(const sy_tf_model *m);
 
+/* The KV cache types (llama.cpp's cache_type_k/v): whether this core stores that type (F32, F16, Q8_0). */
+bool sy_tf_kv_type_supported(sy_dtype type);
+/* The types the RAM store keeps K and V in (sy_tf_create starts at F32/F32); only while the model has no
+ * sequences. Q8_0 needs kv_dim to be a multiple of 32 (blocks of 32 along a position's row, one f16 scale each).
+ * Reads widen to F32 per tile, writes convert (F16: round to nearest even; Q8_0: ggml's reference quantizer).
+ * Another store (sy_tf_set_kv_store) keeps its own precision; the types still say how sy_tf_seq_get_kv_rows and
+ * set_kv_rows lay out its rows. SY_ERR_UNSUPPORTED / INVALID_ARGUMENT / OUT_OF_MEMORY with err. */
+sy_status sy_tf_set_kv_types(sy_tf_model *m, sy_dtype type_k, sy_dtype type_v, char *err, size_t err_size);
+void sy_tf_kv_types(const sy_tf_model *m, sy_dtype *type_k, sy_dtype *type_v);
+/* What sy_tf_set_kv_types allocates for those types: the widened reads' scratch of n_threads (for estimates). */
+uint64_t sy_tf_kv_read_scratch_bytes(size_t kv_dim, sy_dtype type_k, sy_dtype type_v, uint32_t n_threads);
+/* Bytes of one position's K (kind 0) or V (kind 1) row of one layer in its cache type. */
+size_t sy_tf_kv_row_bytes(const sy_tf_model *m, int kind);
+
 /* ---- snapshots (the engine's state extension); all serial ----
  * A sequence's state is, per position, K and V (kv_dim floats each) of every attention layer, plus for lfm2 the
  * conv state at its end (transformer_lfm2.h). Loading appends: begin_append reserves n more positions, set_kv
@@ -156,6 +171,10 @@ void sy_tf_seq_get_kv(sy_tf_model *m, const sy_tf_seq *s, uint32_t layer, uint32
 bool sy_tf_seq_get_conv_state(const sy_tf_model *m, const sy_tf_seq *s, uint32_t end, float *out);
 sy_status sy_tf_seq_begin_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, char *err, size_t err_size);
 void sy_tf_seq_set_kv(sy_tf_model *m, sy_tf_seq *s, uint32_t layer, uint32_t pos, const float *k, const float *v);
+/* The same in the cache types (sy_tf_kv_row_bytes each): the RAM store's bytes as they are, so a snapshot of a
+ * Q8_0 or F16 cache restores exactly what was saved. */
+void sy_tf_seq_get_kv_rows(sy_tf_model *m, const sy_tf_seq *s, uint32_t layer, uint32_t pos, void *k, void *v);
+void sy_tf_seq_set_kv_rows(sy_tf_model *m, sy_tf_seq *s, uint32_t layer, uint32_t pos, const void *k, const void *v);
 void sy_tf_seq_end_append(sy_tf_model *m, sy_tf_seq *s, uint32_t n, const float *conv_state);
 
 #endif

@@ -721,20 +721,20 @@ static const sy_engine_resources_api resources_api = {
 /* The keys parse_options reads, with its ranges (0..1 for cuda_graphs: it reads digits, as the host passes bools). */
 static const sy_option_spec lc_option_specs[] = {
     {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0",
-     "most tokens one sequence may hold; 0: the model's training context, at most 32768", 0, 1u << 22},
+     "most tokens one sequence may hold; 0: the model's training context, at most 32768", 0, 1u << 22, NULL},
     {sizeof(sy_option_spec), "max_sequences", SY_OPTION_UINT, "", "sequence slots on the device (default: 64)", 1,
-     4096},
-    {sizeof(sy_option_spec), "parallel", SY_OPTION_UINT, "", "the same as max_sequences", 1, 4096},
+     4096, NULL},
+    {sizeof(sy_option_spec), "parallel", SY_OPTION_UINT, "", "the same as max_sequences", 1, 4096, NULL},
     {sizeof(sy_option_spec), "max_batch_tokens", SY_OPTION_UINT, "", "rows per forward chunk (default: 512)", 16,
-     16384},
+     16384, NULL},
     {sizeof(sy_option_spec), "kv_cache_mb", SY_OPTION_UINT, "",
      "paged KV memory in MiB (default: max_sequences x ctx_size positions, capped by free device memory)", 1,
-     1u << 24},
-    {sizeof(sy_option_spec), "device", SY_OPTION_UINT, "0", "the CUDA device index", 0, 1024},
-    {sizeof(sy_option_spec), "seed", SY_OPTION_UINT, "1", "seed of the synthetic weights", 0, (double)UINT64_MAX},
-    {sizeof(sy_option_spec), "cuda_graphs", SY_OPTION_UINT, "1", "1: replay pure decode steps as CUDA graphs", 0, 1},
+     1u << 24, NULL},
+    {sizeof(sy_option_spec), "device", SY_OPTION_UINT, "0", "the CUDA device index", 0, 1024, NULL},
+    {sizeof(sy_option_spec), "seed", SY_OPTION_UINT, "1", "seed of the synthetic weights", 0, (double)UINT64_MAX, NULL},
+    {sizeof(sy_option_spec), "cuda_graphs", SY_OPTION_UINT, "1", "1: replay pure decode steps as CUDA graphs", 0, 1, NULL},
     {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "",
-     "a config.json to build random weights from, instead of a checkpoint (tests, benchmarks)", 0, 0},
+     "a config.json to build random weights from, instead of a checkpoint (tests, benchmarks)", 0, 0, NULL},
 };
 
 static const sy_plugin_options_api lc_options_api = {

@@ -208,13 +208,13 @@ static void sd_deinit(void) { sd_host_api = NULL; }
 /* The options sd_create and sd_replay_create read (through sd_option_u32), with the same ranges. */
 static const sy_option_spec sd_option_specs[] = {
     {sizeof(sy_option_spec), "draft_ngram_min", SY_OPTION_UINT, "1", "shortest n-gram the prompt lookup matches", 1,
-     SD_MAX_NGRAM},
+     SD_MAX_NGRAM, NULL},
     {sizeof(sy_option_spec), "draft_ngram_max", SY_OPTION_UINT, "4", "longest n-gram the prompt lookup matches", 1,
-     SD_MAX_NGRAM},
+     SD_MAX_NGRAM, NULL},
     {sizeof(sy_option_spec), "draft_replay_corrupt", SY_OPTION_UINT, "0",
-     "replay drafter: percent of proposals corrupted (a :PCT in the spec wins)", 0, 100},
+     "replay drafter: percent of proposals corrupted (a :PCT in the spec wins)", 0, 100, NULL},
     {sizeof(sy_option_spec), "draft_replay_seed", SY_OPTION_UINT, "0", "replay drafter: seed of the corruption", 0,
-     UINT32_MAX},
+     UINT32_MAX, NULL},
 };
 
 static const sy_plugin_options_api sd_options_api = {

@@ -172,21 +172,25 @@ sy_status te_config_apply_option(te_config *cfg, const char *key, const char *va
 /* The loadable keys of te_keys, plus ctx_size; the model file may set each of them too, so the defaults are the
  * file's (the help names the built-in one). Kept in step with te_keys: tests/plugins/test_plugin_options.c loads
  * each key at both ends of its range and just outside. */
+/* Designated, so the table compiles for the 1.1 headers too (test-engine-abi11), which lack 1.3's choices. */
+#define TE_UINT_SPEC(key_, type_, default_, help_, min_, max_) \
+    {.struct_size = sizeof(sy_option_spec), .key = key_, .type = type_, .default_value = default_, .help = help_, \
+     .min = min_, .max = max_}
 static const sy_option_spec te_option_specs[] = {
-    {sizeof(sy_option_spec), "n_ctx", SY_OPTION_UINT, "", "context length (default: the model file's, else 4096)", 1,
-     1048576},
-    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "", "the host's spelling of n_ctx", 1, 1048576},
-    {sizeof(sy_option_spec), "recurrent", SY_OPTION_UINT, "", "1 adds a recurrent state (default: the file's, else 0)", 0, 1},
-    {sizeof(sy_option_spec), "history", SY_OPTION_UINT, "", "how far a recurrent sequence can roll back (default: the file's, else 16)", 16, 65536},
-    {sizeof(sy_option_spec), "delay_us", SY_OPTION_UINT, "", "microseconds of sleep per decoded token (default: the file's, else 0)", 0, 1000000},
-    {sizeof(sy_option_spec), "eos_one_in", SY_OPTION_UINT, "",
-     "greedy output ends with probability 1/N per position; 0: never (default: the file's, else 100)", 0, 1000000000},
-    {sizeof(sy_option_spec), "max_sequences", SY_OPTION_UINT, "", "most live sequences; 0: no limit (default: the file's, else 0)", 0, 65536},
-    {sizeof(sy_option_spec), "max_decode_tokens", SY_OPTION_UINT, "",
+    TE_UINT_SPEC("n_ctx", SY_OPTION_UINT, "", "context length (default: the model file's, else 4096)", 1,
+     1048576),
+    TE_UINT_SPEC("ctx_size", SY_OPTION_UINT, "", "the host's spelling of n_ctx", 1, 1048576),
+    TE_UINT_SPEC("recurrent", SY_OPTION_UINT, "", "1 adds a recurrent state (default: the file's, else 0)", 0, 1),
+    TE_UINT_SPEC("history", SY_OPTION_UINT, "", "how far a recurrent sequence can roll back (default: the file's, else 16)", 16, 65536),
+    TE_UINT_SPEC("delay_us", SY_OPTION_UINT, "", "microseconds of sleep per decoded token (default: the file's, else 0)", 0, 1000000),
+    TE_UINT_SPEC("eos_one_in", SY_OPTION_UINT, "",
+     "greedy output ends with probability 1/N per position; 0: never (default: the file's, else 100)", 0, 1000000000),
+    TE_UINT_SPEC("max_sequences", SY_OPTION_UINT, "", "most live sequences; 0: no limit (default: the file's, else 0)", 0, 65536),
+    TE_UINT_SPEC("max_decode_tokens", SY_OPTION_UINT, "",
      "most tokens of one decode call, reported in the model info; 0: no limit (default: the file's, else 0)", 0,
-     1048576},
-    {sizeof(sy_option_spec), "device_mb", SY_OPTION_UINT, "",
-     "accelerator memory it claims to hold (nothing is allocated), for the host's budgets (default: 0)", 0, 1048576},
+     1048576),
+    TE_UINT_SPEC("device_mb", SY_OPTION_UINT, "",
+     "accelerator memory it claims to hold (nothing is allocated), for the host's budgets (default: 0)", 0, 1048576),
 };
 
 const sy_plugin_options_api te_options_api = {sizeof(sy_plugin_options_api),

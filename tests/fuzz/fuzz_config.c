@@ -25,12 +25,12 @@
 /* A schema with every type, so the engine-key check runs on fuzzed keys and values too; a model of plugin
  * "legacy" stands for one that declares nothing. */
 static const sy_option_spec fuzz_specs[] = {
-    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "h", 1, 1024},
-    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "h", 0, 0},
-    {sizeof(sy_option_spec), "scale", SY_OPTION_NUMBER, "1", "h", -2, 2},
-    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "h", 0, 0},
-    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "h", 0, 0},
-    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "h", 0, 0},
+    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "h", 1, 1024, NULL},
+    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "h", 0, 0, NULL},
+    {sizeof(sy_option_spec), "scale", SY_OPTION_NUMBER, "1", "h", -2, 2, NULL},
+    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "h", 0, 0, NULL},
+    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "h", 0, 0, NULL},
+    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "h", 0, 0, NULL},
 };
 
 static void fuzz_schema(void *user, const sy_config_model *m, sy_config_option_schema *out) {

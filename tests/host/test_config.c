@@ -19,17 +19,17 @@
  * ranges) plus one of each other type, for every plugin but "legacy", which stands for a plugin of ABI 1.1 that
  * declares nothing. */
 static const sy_option_spec test_specs[] = {
-    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "threads", 1, 1024},
-    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0", "context", 0, 1 << 24},
-    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "folders", 0, 0},
-    {sizeof(sy_option_spec), "kv_max_tokens", SY_OPTION_UINT, "", "tokens", 1, 1 << 26},
-    {sizeof(sy_option_spec), "kv_buffer_mb", SY_OPTION_UINT, "32", "MiB", 0, 1 << 20},
-    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "keep", 0, 0},
-    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "backend", 0, 0},
-    {sizeof(sy_option_spec), "rope_scale", SY_OPTION_STRING, "", "scaling", 0, 0},
-    {sizeof(sy_option_spec), "temperature", SY_OPTION_NUMBER, "1", "a number", -1, 2.5},
-    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "a file", 0, 0},
-    {sizeof(sy_option_spec), "parallel", SY_OPTION_UINT, "", "named like a model key", 1, 64},
+    {sizeof(sy_option_spec), "threads", SY_OPTION_UINT, "", "threads", 1, 1024, NULL},
+    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "0", "context", 0, 1 << 24, NULL},
+    {sizeof(sy_option_spec), "kv_cache_dir", SY_OPTION_PATH_LIST, "", "folders", 0, 0, NULL},
+    {sizeof(sy_option_spec), "kv_max_tokens", SY_OPTION_UINT, "", "tokens", 1, 1 << 26, NULL},
+    {sizeof(sy_option_spec), "kv_buffer_mb", SY_OPTION_UINT, "32", "MiB", 0, 1 << 20, NULL},
+    {sizeof(sy_option_spec), "keep_kv_cache", SY_OPTION_BOOL, "false", "keep", 0, 0, NULL},
+    {sizeof(sy_option_spec), "backend", SY_OPTION_STRING, "core", "backend", 0, 0, NULL},
+    {sizeof(sy_option_spec), "rope_scale", SY_OPTION_STRING, "", "scaling", 0, 0, NULL},
+    {sizeof(sy_option_spec), "temperature", SY_OPTION_NUMBER, "1", "a number", -1, 2.5, NULL},
+    {sizeof(sy_option_spec), "synthetic", SY_OPTION_PATH, "", "a file", 0, 0, NULL},
+    {sizeof(sy_option_spec), "parallel", SY_OPTION_UINT, "", "named like a model key", 1, 64, NULL},
 };
 
 static unsigned schema_calls;

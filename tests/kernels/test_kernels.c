@@ -1034,6 +1034,65 @@ static void test_rope(void **state) {
     assert_int_equal(sy_rope_f32(x, 1, 8, 0, 1.0f, inv, SY_ROPE_NORM), SY_KERNEL_OK);
 }
 
+/* ---- KV cache conversions (the transformer's cache_type_k/v) ---- */
+
+/* Every tier's f16_to_f32, f32_to_f16 and q8_0_to_f32 give the scalar reference's bits, at every length (SIMD
+ * bodies and tails); q8_0 blocks are what ggml's quantize_row_q8_0_ref writes (checked by hand on one block) and
+ * widen back within half a step of their scale (and the scale's f16 rounding). */
+static void test_kv_conversions(void **state) {
+    (void)state;
+    const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
+    int n_tiers = tiers_under_test(tiers);
+    const size_t n_max = 200;
+    float *x = xmalloc(n_max * sizeof(float)), *a = xmalloc(n_max * sizeof(float)), *b = xmalloc(n_max * sizeof(float));
+    uint16_t *ha = xmalloc(n_max * sizeof(uint16_t)), *hb = xmalloc(n_max * sizeof(uint16_t));
+    fill_random(x, n_max, 3.0f);
+    x[5] = 70000.0f, x[6] = -1e-7f, x[7] = 0.0f, x[8] = 65519.0f; /* overflow, subnormal, zero, the rounding edge */
+    for (size_t n = 0; n <= n_max; n += (n < 40 ? 1 : 37)) {
+        sy_f32_to_f16_row(x, hb, n);
+        sy_f16_to_f32_row(hb, b, n);
+        for (int t = 0; t < n_tiers; t++) {
+            tiers[t]->f32_to_f16(x, ha, n);
+            if (memcmp(ha, hb, n * sizeof *ha) != 0) fail_msg("%s f32_to_f16 n=%zu differs from scalar", tiers[t]->name, n);
+            tiers[t]->f16_to_f32(hb, a, n);
+            if (memcmp(a, b, n * sizeof *a) != 0) fail_msg("%s f16_to_f32 n=%zu differs from scalar", tiers[t]->name, n);
+        }
+    }
+    /* one block by hand: max |x| = 127, d = 1 (exact), codes roundf(x) half away from zero */
+    float blk[32] = {0};
+    blk[0] = 127.0f, blk[1] = -63.5f, blk[2] = 0.5f, blk[3] = -1.5f, blk[4] = 0.25f;
+    uint8_t q[SY_Q8_0_BLOCK_BYTES];
+    sy_quantize_q8_0_row(blk, q, 32);
+    assert_int_equal(q[0] | (q[1] << 8), 0x3c00); /* 1.0 in f16 */
+    assert_int_equal((int8_t)q[2], 127);
+    assert_int_equal((int8_t)q[3], -64); /* -63.5 rounds away from zero */
+    assert_int_equal((int8_t)q[4], 1);   /* 0.5 */
+    assert_int_equal((int8_t)q[5], -2);  /* -1.5 */
+    assert_int_equal((int8_t)q[6], 0);
+    float zeros[32] = {0};
+    sy_quantize_q8_0_row(zeros, q, 32);
+    for (size_t i = 0; i < sizeof q; i++) assert_int_equal(q[i], 0);
+    /* rows of 1..6 blocks, every tier against the scalar widening, and the round trip within d / 2 */
+    uint8_t *blocks = xmalloc(6 * SY_Q8_0_BLOCK_BYTES);
+    for (size_t nb = 1; nb <= 6; nb++) {
+        sy_quantize_q8_0_row(x, blocks, nb * 32);
+        sy_q8_0_to_f32_row(blocks, b, nb);
+        for (size_t i = 0; i < nb * 32; i++) {
+            const uint8_t *bk = blocks + i / 32 * SY_Q8_0_BLOCK_BYTES;
+            float d = sy_f16_to_f32((uint16_t)(bk[0] | (bk[1] << 8)));
+            /* half a step, plus the code times the scale's own f16 rounding (codes use d before it is rounded) */
+            if (!(fabsf(b[i] - x[i]) <= 0.5f * d + 128.0f * d * 0x1p-11f + 1e-6f))
+                fail_msg("q8_0 element %zu: %g back as %g (d %g)", i, (double)x[i], (double)b[i], (double)d);
+        }
+        for (int t = 0; t < n_tiers; t++) {
+            tiers[t]->q8_0_to_f32(blocks, a, nb);
+            if (memcmp(a, b, nb * 32 * sizeof *a) != 0)
+                fail_msg("%s q8_0_to_f32 of %zu blocks differs from scalar", tiers[t]->name, nb);
+        }
+    }
+    free(x), free(a), free(b), free(ha), free(hb), free(blocks);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_active_tier),
@@ -1043,6 +1102,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_dot_and_axpy),
         cmocka_unit_test(test_attend),
+        cmocka_unit_test(test_kv_conversions),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),

@@ -52,7 +52,7 @@ static int teardown(void **state) {
 /* ---- the checker --------------------------------------------------------------------------------------------- */
 
 static sy_option_spec spec(const char *key, uint32_t type, const char *def, double min, double max) {
-    return (sy_option_spec){sizeof(sy_option_spec), key, type, def, "help", min, max};
+    return (sy_option_spec){sizeof(sy_option_spec), key, type, def, "help", min, max, NULL};
 }
 
 static void expect_bad(const sy_option_spec *specs, uint32_t n, const char *needle) {
@@ -101,6 +101,21 @@ static void the_checker_refuses_malformed_tables(void **state) {
     s[1] = spec("x", SY_OPTION_STRING, "", 0, 0);
     s[1].struct_size = 8;
     expect_bad(s, 2, "option 1: struct_size 8");
+    /* 1.3 choices: for strings only, comma-separated words, the default among them */
+    s[1] = spec("x", SY_OPTION_UINT, "", 0, 4);
+    s[1].choices = "a,b";
+    expect_bad(s, 2, "option 1 (x): choices are for string options only");
+    static const char *const bad_choices[] = {"", "a,,b", ",a", "a,", "a, b", "a\nb"};
+    for (size_t i = 0; i < sizeof bad_choices / sizeof *bad_choices; i++) {
+        s[1] = spec("x", SY_OPTION_STRING, "", 0, 0);
+        s[1].choices = bad_choices[i];
+        expect_bad(s, 2, "option 1 (x): the choices are not one line of comma-separated values");
+    }
+    s[1] = spec("x", SY_OPTION_STRING, "q4_0", 0, 0);
+    s[1].choices = "f16,q8_0,f32";
+    expect_bad(s, 2, "option 1 (x): the default 'q4_0' is not one of f16,q8_0,f32");
+    s[1].default_value = "q8_0";
+    assert_int_equal(sy_option_schema_check(&api, why, sizeof why), 0);
 
     /* The table itself. */
     s[1] = spec("x", SY_OPTION_STRING, "", 0, 0);
@@ -140,6 +155,20 @@ static void values_are_checked_and_normalized(void **state) {
     static const char *const bad_number[] = {"inf", "nan", ".", "-", "0x1", " 1", "2", "1e999"};
     for (size_t i = 0; i < sizeof bad_number / sizeof *bad_number; i++)
         assert_null(sy_option_value_check(&d, bad_number[i], norm, why, sizeof why));
+    /* a string with choices (1.3) takes exactly one of them; a 1.2 spec (no room for choices) takes any text */
+    sy_option_spec c = spec("cache_type_k", SY_OPTION_STRING, "f16", 0, 0);
+    c.choices = "f16,q8_0,f32";
+    static const char *const good[] = {"f16", "q8_0", "f32"};
+    for (size_t i = 0; i < 3; i++) assert_string_equal(sy_option_value_check(&c, good[i], norm, why, sizeof why), good[i]);
+    static const char *const bad_choice[] = {"", "F16", "q8", "q8_0,f32", "f16 ", "q4_0", "f1"};
+    for (size_t i = 0; i < sizeof bad_choice / sizeof *bad_choice; i++)
+        assert_null(sy_option_value_check(&c, bad_choice[i], norm, why, sizeof why));
+    assert_null(sy_option_value_check(&c, "q4_0", norm, why, sizeof why));
+    assert_string_equal(why, "'q4_0' is not one of f16,q8_0,f32");
+    char range[96];
+    assert_string_equal(sy_option_range_text(&c, range, sizeof range), "f16,q8_0,f32");
+    c.struct_size = (uint32_t)SY_OPTION_SPEC_MIN_SIZE;
+    assert_string_equal(sy_option_value_check(&c, "q4_0", norm, why, sizeof why), "q4_0");
 }
 
 /* ---- the bundled plugins --------------------------------------------------------------------------------------- */
@@ -229,6 +258,25 @@ static void every_bundled_schema_matches_its_load(void **state) {
                     fail_msg("%s: %s=%s (above its range) was accepted", b->name, s->key, text);
             }
         }
+        /* Each string key with choices: every choice loads, anything else is refused by the load itself (a host
+         * older than 1.3 would pass it on). */
+        for (uint32_t k = 0; k < o->n_options && !b->device; k++) {
+            const sy_option_spec *s = sy_plugin_option(o, k);
+            const char *choices = sy_option_choices(s);
+            if (choices == NULL) continue;
+            char word[64];
+            for (const char *c = choices; *c;) {
+                size_t len = strcspn(c, ",");
+                snprintf(word, sizeof word, "%.*s", (int)len, c);
+                sy_option one = {s->key, word};
+                st = try_load(p, b, &one, 1);
+                if (st != SY_OK) fail_msg("%s: %s=%s (one of its choices) was refused (%d)", b->name, s->key, word, (int)st);
+                c += len + (c[len] == ',');
+            }
+            sy_option other = {s->key, "q4_0"};
+            if (try_load(p, b, &other, 1) != SY_ERR_INVALID_ARGUMENT)
+                fail_msg("%s: %s=q4_0 (not a choice) was accepted", b->name, s->key);
+        }
         /* Every whole-number key at its maximum together (a pair like draft_ngram_min <= draft_ngram_max holds
          * then), but for the keys whose maximum costs real work (1024 threads, 2^24 tokens). */
         if (!b->device) {
@@ -272,9 +320,17 @@ static void config_keys_are_checked_against_the_plugin(void **state) {
     assert_int_equal(cfg->n_errors, 1);
     assert_string_equal(cfg->errors[0], "demo.ini:4: [model.qwen] thread: not a model key, nor an option of plugin "
                                         "gguf-quant (its options: threads, ctx_size, backend, kv_cache_dir, "
-                                        "kv_max_tokens, kv_buffer_mb, keep_kv_cache)");
+                                        "kv_max_tokens, kv_buffer_mb, keep_kv_cache, cache_type_k, cache_type_v)");
     assert_string_equal(sy_config_model_option(&cfg->models[0], "kv_cache_dir"), "/base/kv");
     assert_string_equal(sy_config_model_option(&cfg->models[0], "keep_kv_cache"), "1");
+    sy_config_free(cfg);
+
+    /* The KV cache types: llama.cpp's keys; a value this engine does not store is refused with the choices. */
+    cfg = checked_config("[model.qwen]\nplugin = gguf-quant\npath = q.gguf\ncache_type_k = q8_0\ncache_type_v = q4_0\n",
+                         &reg);
+    assert_int_equal(cfg->n_errors, 1);
+    assert_string_equal(cfg->errors[0], "demo.ini:5: [model.qwen] cache_type_v: 'q4_0' is not one of f16,q8_0,f32");
+    assert_string_equal(sy_config_model_option(&cfg->models[0], "cache_type_k"), "q8_0");
     sy_config_free(cfg);
 
     /* Values against the declared range; a key of another plugin is no key of this one. */
@@ -365,11 +421,30 @@ static void command_line_options_are_checked(void **state) {
     char err[512];
     struct option longopts[16];
     size_t n = sy_engine_options_getopt(longopts, 16);
-    int threads_code = -1, keep_code = -1;
+    int threads_code = -1, keep_code = -1, ctk_code = -1;
     for (size_t i = 0; i < n; i++) {
         if (strcmp(longopts[i].name, "threads") == 0) threads_code = longopts[i].val;
         if (strcmp(longopts[i].name, "keep-kv-cache") == 0) keep_code = longopts[i].val;
+        if (strcmp(longopts[i].name, "cache-type-k") == 0) ctk_code = longopts[i].val;
     }
+
+    /* llama.cpp's -ctk / -ctv become the long flags before getopt; "--" ends the options */
+    char a0[] = "generate", a1[] = "-ctk", a2[] = "q8_0", a3[] = "-ctv", a4[] = "--", a5[] = "-ctk";
+    char *argv[] = {a0, a1, a2, a3, a4, a5};
+    sy_engine_options_rewrite_aliases(6, argv);
+    assert_string_equal(argv[1], "--cache-type-k");
+    assert_string_equal(argv[2], "q8_0");
+    assert_string_equal(argv[3], "--cache-type-v");
+    assert_string_equal(argv[5], "-ctk");
+    sy_engine_options eo_kv;
+    sy_engine_options_init(&eo_kv);
+    assert_int_equal(sy_engine_options_handle(&eo_kv, ctk_code, "q8_0", err, sizeof err), 1);
+    assert_string_equal(eo_kv.items[0].key, "cache_type_k");
+    assert_int_equal(sy_engine_options_check(&eo_kv, gq, NULL, err, sizeof err), 0);
+    assert_int_equal(sy_engine_options_handle(&eo_kv, ctk_code, "bf16", err, sizeof err), 1);
+    assert_int_equal(sy_engine_options_check(&eo_kv, gq, NULL, err, sizeof err), -1);
+    assert_string_equal(err, "--cache-type-k: 'bf16' is not one of f16,q8_0,f32");
+    sy_engine_options_free(&eo_kv);
 
     sy_engine_options eo;
     sy_engine_options_init(&eo);

@@ -4,7 +4,8 @@
  * generation must equal the uninterrupted run token for token; a prompt sharing only the first part restores only
  * whole matching chunks. gguf-quant on stories260K (KV in RAM and in the disk cache) and on the lfm2 fixture
  * (conv state; chunk ends outside the kept history are refused and the host picks others), qwen-cpu-mmap on a
- * Hugging Face fixture.
+ * Hugging Face fixture. Each KV cache type (cache_type_k/v: f32, f16, q8_0, and K and V apart) round-trips in its
+ * own layout, byte for byte, and a snapshot of one type is refused by a model of another, naming both layouts.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -60,14 +61,20 @@ typedef struct engine_case {
     const char *model; /* relative to SY_SOURCE_DIR */
     bool disk_kv;
     bool recurrent; /* lfm2: only chunk ends within the kept conv history, so a prefix may restore nothing */
+    const char *cache_type_k, *cache_type_v; /* NULL: the default (f16) */
+    const char *layout;                      /* the state layout those types name */
 } engine_case;
 
 static void open_model(const engine_case *c, sy_loaded_model *lm) {
     char path[1024], kv[300], err[512];
     snprintf(path, sizeof path, "%s/%s", getenv("SY_SOURCE_DIR"), c->model);
     snprintf(kv, sizeof kv, "%s/kv", dir);
-    sy_option opts[] = {{"threads", "2"}, {"ctx_size", "512"}, {"kv_cache_dir", kv}};
-    if (sy_loaded_model_open(&reg, c->plugin, path, opts, c->disk_kv ? 3 : 2, lm, err, sizeof err) != 0) {
+    sy_option opts[5] = {{"threads", "2"}, {"ctx_size", "512"}};
+    size_t n_opts = 2;
+    if (c->disk_kv) opts[n_opts++] = (sy_option){"kv_cache_dir", kv};
+    if (c->cache_type_k) opts[n_opts++] = (sy_option){"cache_type_k", c->cache_type_k};
+    if (c->cache_type_v) opts[n_opts++] = (sy_option){"cache_type_v", c->cache_type_v};
+    if (sy_loaded_model_open(&reg, c->plugin, path, opts, n_opts, lm, err, sizeof err) != 0) {
         fprintf(stderr, "load: %s\n", err);
         fail();
     }
@@ -103,7 +110,7 @@ static sy_snapshot_error restore(const sy_loaded_model *lm, const char *path, co
     if (e != SY_SNAPSHOT_OK) return e;
     sy_snapshot_key key;
     snap_key(lm, &key);
-    e = sy_snapshot_key_check(sy_snapshot_get_key(snap), &key, err, err_size);
+    e = sy_snapshot_model_accepts(lm, sy_snapshot_get_key(snap), &key, err, err_size); /* as the store asks */
     if (e == SY_SNAPSHOT_OK)
         e = sy_snapshot_restore(snap, lm->engine, lm->plugin->engine_state, lm->model, want, n_want, 0, out, n_out, err,
                                 err_size);
@@ -113,7 +120,8 @@ static sy_snapshot_error restore(const sy_loaded_model *lm, const char *path, co
 
 static void run_case(const engine_case *c) {
     char snap_path[300];
-    snprintf(snap_path, sizeof snap_path, "%s/%s%s.sysnap", dir, strrchr(c->model, '/') + 1, c->disk_kv ? "-disk" : "");
+    snprintf(snap_path, sizeof snap_path, "%s/%s%s-%s-%s.sysnap", dir, strrchr(c->model, '/') + 1,
+             c->disk_kv ? "-disk" : "", c->cache_type_k ? c->cache_type_k : "", c->cache_type_v ? c->cache_type_v : "");
     int32_t ref[N_GEN], got[N_GEN], ref_b[N_GEN], got_b[N_GEN];
     int32_t *prompt, *prompt_b;
     /* the uninterrupted runs: the full prompt, and one sharing only its first N_SHARED tokens */
@@ -131,6 +139,7 @@ static void run_case(const engine_case *c) {
         sy_seq *seq = snap_sequence(&lm, prompt, N_PROMPT);
         sy_snapshot_key key;
         snap_key(&lm, &key);
+        if (c->layout) assert_string_equal(key.layout, c->layout);
         sy_snapshot_write_stats stats = {0};
         char err[512] = "";
         sy_snapshot_error e = sy_snapshot_write_file(snap_path, &key, lm.plugin->engine_state, lm.model, seq, prompt,
@@ -179,32 +188,106 @@ static void run_case(const engine_case *c) {
     free(prompt_b);
 }
 
+static const char stories[] = "tests/fixtures/stories260K/stories260K.gguf";
+
 static void gguf_stories_ram(void **state) {
     (void)state;
-    run_case(&(engine_case){"gguf-quant", "tests/fixtures/stories260K/stories260K.gguf", false, false});
+    run_case(&(engine_case){"gguf-quant", stories, false, false, NULL, NULL, "sy-cpu-kv-f16-v1"});
+}
+static void gguf_stories_ram_f32(void **state) {
+    (void)state;
+    run_case(&(engine_case){"gguf-quant", stories, false, false, "f32", "f32", "sy-cpu-kv-f32-v1"});
+}
+static void gguf_stories_ram_q8_0(void **state) {
+    (void)state;
+    run_case(&(engine_case){"gguf-quant", stories, false, false, "q8_0", "q8_0", "sy-cpu-kv-q8_0-v1"});
+}
+static void gguf_stories_ram_k_f16_v_q8_0(void **state) {
+    (void)state;
+    run_case(&(engine_case){"gguf-quant", stories, false, false, "f16", "q8_0", "sy-cpu-kv-k-f16-v-q8_0-v1"});
 }
 static void gguf_stories_disk(void **state) {
     (void)state;
-    run_case(&(engine_case){"gguf-quant", "tests/fixtures/stories260K/stories260K.gguf", true, false});
+    run_case(&(engine_case){"gguf-quant", stories, true, false, NULL, NULL, "sy-cpu-kv-f16-v1"});
 }
 static void gguf_lfm2(void **state) {
     (void)state;
-    run_case(&(engine_case){"gguf-quant", "tests/fixtures/lfm2/lfm2-f32.gguf", false, true});
+    run_case(&(engine_case){"gguf-quant", "tests/fixtures/lfm2/lfm2-f32.gguf", false, true, NULL, NULL,
+                            "sy-cpu-kv-f16-conv-f32-v1"});
+}
+static void gguf_lfm2_q8_0(void **state) {
+    (void)state;
+    run_case(&(engine_case){"gguf-quant", "tests/fixtures/lfm2/lfm2-f32.gguf", false, true, "q8_0", "q8_0",
+                            "sy-cpu-kv-q8_0-conv-f32-v1"});
 }
 static void qwen_cpu_mmap_qwen3(void **state) {
     (void)state;
-    run_case(&(engine_case){"qwen-cpu-mmap", "tests/fixtures/hf/qwen3-f32", false, false});
+    run_case(&(engine_case){"qwen-cpu-mmap", "tests/fixtures/hf/qwen3-f32", false, false, NULL, NULL, NULL});
+}
+static void qwen_cpu_mmap_qwen3_q8_0(void **state) {
+    (void)state;
+    run_case(&(engine_case){"qwen-cpu-mmap", "tests/fixtures/hf/qwen3-f32", false, false, "q8_0", "q8_0", NULL});
 }
 static void qwen_cpu_mmap_qwen3_disk(void **state) {
     (void)state;
-    run_case(&(engine_case){"qwen-cpu-mmap", "tests/fixtures/hf/qwen3-f32", true, false});
+    run_case(&(engine_case){"qwen-cpu-mmap", "tests/fixtures/hf/qwen3-f32", true, false, NULL, NULL, NULL});
+}
+
+/* A snapshot written by a cache of one type is not restored into a model of another: the key check names both
+ * layouts, and the engine says it cannot read the other (its chunks' bytes are another size and meaning). */
+static void other_cache_type_refused(void **state) {
+    (void)state;
+    static const char *const types[] = {"f32", "f16", "q8_0"};
+    char snap_path[300];
+    for (size_t w = 0; w < 3; w++) {
+        engine_case writer = {"gguf-quant", stories, false, false, types[w], types[w], NULL};
+        snprintf(snap_path, sizeof snap_path, "%s/cross-%s.sysnap", dir, types[w]);
+        sy_loaded_model lm;
+        open_model(&writer, &lm);
+        int32_t *prompt = make_prompt(3, 40, lm.info.n_vocab);
+        sy_seq *seq = snap_sequence(&lm, prompt, 40);
+        sy_snapshot_key key;
+        snap_key(&lm, &key);
+        char err[512] = "";
+        assert_int_equal(sy_snapshot_write_file(snap_path, &key, lm.plugin->engine_state, lm.model, seq, prompt, 40,
+                                                NULL, NULL, err, sizeof err),
+                         SY_SNAPSHOT_OK);
+        lm.engine->seq_free(lm.model, seq);
+        sy_loaded_model_close(&lm);
+        free(prompt);
+        for (size_t r = 0; r < 3; r++) {
+            engine_case reader = {"gguf-quant", stories, false, false, types[r], types[r], NULL};
+            open_model(&reader, &lm);
+            sy_seq *got = NULL;
+            uint32_t n = 0;
+            err[0] = '\0';
+            sy_snapshot_error e = restore(&lm, snap_path, NULL, 0, &got, &n, err, sizeof err);
+            if (r == w) {
+                assert_int_equal(e, SY_SNAPSHOT_OK);
+                assert_int_equal(n, 40);
+                lm.engine->seq_free(lm.model, got);
+            } else {
+                assert_int_equal(e, SY_SNAPSHOT_ERR_KEY);
+                char want[64];
+                snprintf(want, sizeof want, "sy-cpu-kv-%s-v1", types[w]);
+                if (strstr(err, want) == NULL || strstr(err, "cannot read") == NULL)
+                    fail_msg("writer %s, reader %s: '%s' does not name the layout and the refusal", types[w], types[r],
+                             err);
+                assert_null(got);
+            }
+            sy_loaded_model_close(&lm);
+        }
+    }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(gguf_stories_ram),  cmocka_unit_test(gguf_stories_disk),
-        cmocka_unit_test(gguf_lfm2),         cmocka_unit_test(qwen_cpu_mmap_qwen3),
-        cmocka_unit_test(qwen_cpu_mmap_qwen3_disk),
+        cmocka_unit_test(gguf_stories_ram),         cmocka_unit_test(gguf_stories_ram_f32),
+        cmocka_unit_test(gguf_stories_ram_q8_0),    cmocka_unit_test(gguf_stories_ram_k_f16_v_q8_0),
+        cmocka_unit_test(gguf_stories_disk),        cmocka_unit_test(gguf_lfm2),
+        cmocka_unit_test(gguf_lfm2_q8_0),           cmocka_unit_test(qwen_cpu_mmap_qwen3),
+        cmocka_unit_test(qwen_cpu_mmap_qwen3_q8_0), cmocka_unit_test(qwen_cpu_mmap_qwen3_disk),
+        cmocka_unit_test(other_cache_type_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -12,8 +12,10 @@
 #include "base/util.h"
 
 /* Log-probabilities of the same token may differ by this much between a row decoded alone and one decoded among
- * the k+1 rows of a verification (the matrix kernels tile batches differently). Tokens may not differ at all. */
-#define SE_LOGPROB_TOLERANCE 1e-4
+ * the k+1 rows of a verification (the matrix kernels tile batches differently, and with the KV cache in f16, the
+ * default, such a last-bit difference can round a key or value to the neighbouring f16: logits moved by up to
+ * 2.2e-3 on the AVX-512 tier, tests/common/test_stories260k.c). Tokens may not differ at all. */
+#define SE_LOGPROB_TOLERANCE 5e-3
 
 size_t se_prompt_count(size_t fallback) {
     const char *v = getenv("SY_SPEC_PROMPTS");

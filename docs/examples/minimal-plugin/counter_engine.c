@@ -323,7 +323,7 @@ static void counter_deinit(void) { host = NULL; }
 /* The options counter_load reads, so the host can list them (`switchyard plugins --options example-counter`) and
  * refuse a misspelt key or a value out of range before a load, naming the config line or the flag. */
 static const sy_option_spec counter_options[] = {
-    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "256", "most tokens one sequence may hold", 1, 65536},
+    {sizeof(sy_option_spec), "ctx_size", SY_OPTION_UINT, "256", "most tokens one sequence may hold", 1, 65536, NULL},
 };
 
 static const sy_plugin_options_api counter_options_api = {
