@@ -65,8 +65,12 @@ class Server(sy_server.Server):
 def config(gguf):
     templates = os.path.join(ARGS.source_dir, "tests", "fixtures", "chat-templates", "templates")
     text = f"[model.smol]\nplugin = gguf-quant\npath = {gguf}\nparallel = 2\ngroup = g\n\n"
+    # f32 KV for the formats: native_formats wants the streamed reply equal to the collected one with the same
+    # seed, and the second request reuses the first one's KV through a different batch shape; the kernels are not
+    # batch-invariant in the last bits, which an f16 cache can round to neighbouring values (docs/config.md).
     for name, file in NATIVE + [("r1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")]:
         text += (f"[model.{name}]\nplugin = gguf-quant\npath = {gguf}\ngroup = g\n"
+                 f"cache_type_k = f32\ncache_type_v = f32\n"
                  f"chat_template_file = {os.path.join(templates, file)}\n\n")
     # One model at a time, swapped: every section maps the same file.
     return text + "[group.g]\nswap = true\nexclusive = true\n"
