@@ -126,6 +126,16 @@ static void usage(FILE *out) {
             sy_quant_ftype_list());
 }
 
+/* A SafeTensors tensor the writer can take: F32, F16 or BF16, a vector or a matrix. */
+static bool source_tensor_ok(run *r, const sy_safetensors_tensor *st) {
+    if (st->dtype != SY_DTYPE_F32 && st->dtype != SY_DTYPE_F16 && st->dtype != SY_DTYPE_BF16)
+        return failf(r, "%s: tensor %s has dtype %s (F32, F16 and BF16 are supported)", r->in, st->name,
+                     st->dtype_name);
+    if (st->n_dims < 1 || st->n_dims > 2)
+        return failf(r, "%s: tensor %s has %u dimensions", r->in, st->name, st->n_dims);
+    return true;
+}
+
 static bool add_tensor(run *r, const char *name, const void *data, sy_dtype type, uint32_t n_dims,
                        const uint64_t *dims) {
     if (r->n == r->cap) {
@@ -815,11 +825,7 @@ static bool load_bert_safetensors(run *r) {
         int m = bert_gguf_name(st->name, &b, name, sizeof name);
         if (m < 0) return failf(r, "%s: tensor %s has no llama.cpp name in a bert model", r->in, st->name);
         if (m == 0) continue;
-        if (st->dtype != SY_DTYPE_F32 && st->dtype != SY_DTYPE_F16 && st->dtype != SY_DTYPE_BF16)
-            return failf(r, "%s: tensor %s has dtype %s (F32, F16 and BF16 are supported)", r->in, st->name,
-                         st->dtype_name);
-        if (st->n_dims < 1 || st->n_dims > 2)
-            return failf(r, "%s: tensor %s has %u dimensions", r->in, st->name, st->n_dims);
+        if (!source_tensor_ok(r, st)) return false;
         for (size_t k = 0; k < r->n; k++)
             if (strcmp(r->t[k].name, name) == 0)
                 return failf(r, "%s: two tensors map to %s (one with and one without the bert. prefix?)", r->in, name);
@@ -881,11 +887,7 @@ static bool load_safetensors(run *r) {
         int m = gguf_name(st->name, &cfg, name, sizeof name, &role);
         if (m < 0) return failf(r, "%s: tensor %s has no llama.cpp name (unexpected for %s)", r->in, st->name, arch);
         if (m == 0) continue;
-        if (st->dtype != SY_DTYPE_F32 && st->dtype != SY_DTYPE_F16 && st->dtype != SY_DTYPE_BF16)
-            return failf(r, "%s: tensor %s has dtype %s (F32, F16 and BF16 are supported)", r->in, st->name,
-                         st->dtype_name);
-        if (st->n_dims < 1 || st->n_dims > 2)
-            return failf(r, "%s: tensor %s has %u dimensions", r->in, st->name, st->n_dims);
+        if (!source_tensor_ok(r, st)) return false;
         uint64_t dims[2] = {st->shape[st->n_dims - 1], st->n_dims == 2 ? st->shape[0] : 1};
         if (!add_tensor(r, name, st->data, (sy_dtype)st->dtype, st->n_dims, dims)) return false;
         bool q = role == SY_TENSOR_ATTN_Q || role == SY_TENSOR_ATTN_Q_BIAS;

@@ -30,6 +30,7 @@
 #include "sy_kernels.h"
 
 #include "gguf_engine_util.h"
+#include "gguf_tiny_model.h" /* gt_tensor_hash: the oracles' tensor hash */
 
 static cJSON *fixture;
 static gt_engine engine;
@@ -67,29 +68,6 @@ static void file_fnv(const char *path, char out[17]) {
     free(data);
 }
 
-/* As tools/oracle/gguf_model_fixtures.py hashes tensors: name, NUL, type, n_dims, dims, data, in file order. */
-static void tensor_hash(const char *path, char out[17]) {
-    char err[512];
-    sy_gguf *g = sy_gguf_open(path, err, sizeof err);
-    if (g == NULL) fail_msg("%s", err);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < sy_gguf_tensor_count(g); i++) {
-        const sy_gguf_tensor *t = sy_gguf_tensor_at(g, i);
-        uint8_t head[8 + 8 * SY_GGUF_MAX_DIMS];
-        size_t n = 0;
-        for (int b = 0; b < 4; b++) head[n++] = (uint8_t)(t->type >> (8 * b));
-        for (int b = 0; b < 4; b++) head[n++] = (uint8_t)(t->n_dims >> (8 * b));
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            for (int b = 0; b < 8; b++) head[n++] = (uint8_t)(t->dims[d] >> (8 * b));
-        for (size_t k = 0; k <= strlen(t->name); k++) h = (h ^ (uint8_t)t->name[k]) * 0x100000001b3ull;
-        for (size_t k = 0; k < n; k++) h = (h ^ head[k]) * 0x100000001b3ull;
-        const uint8_t *p = t->data;
-        for (uint64_t k = 0; k < t->n_bytes; k++) h = (h ^ p[k]) * 0x100000001b3ull;
-    }
-    sy_gguf_close(g);
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
 static void test_safetensors_like_llama_cpp(void **state) {
     (void)state;
     int n_cases = 0;
@@ -101,7 +79,7 @@ static void test_safetensors_like_llama_cpp(void **state) {
         gt_source_path(src, sizeof src, rel);
         snprintf(out, sizeof out, "%s/%s-%s.gguf", tmpdir, model, type);
         assert_int_equal(quantize(src, out, type, NULL), 0);
-        tensor_hash(out, hash);
+        gt_tensor_hash(out, hash);
         if (strcmp(hash, cJSON_GetObjectItem(c, "llama_cpp_tensor_hash")->valuestring) != 0)
             fail_msg("%s %s: tensors differ from llama.cpp's convert_hf_to_gguf + quantize", model, type);
         file_fnv(out, hash);
