@@ -384,6 +384,14 @@ def t_selectors(_):
         srv.json("POST", "/unload/p2")
         check(who("p1") == "p1", "p1")
         check(who("warm-sel") == "p1", "warm must choose the loaded target")
+        # The last reply reaches the client a moment before p1's request count drops (the proxy ends its lease
+        # after the response is written); spillover must start from an idle p1.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            st, running = srv.json("GET", "/running")
+            if st == 200 and all(m.get("in_flight", 0) == 0 for m in running.get("running", [])):
+                break
+            time.sleep(0.02)
         # Spillover: a streaming request holds p1; the next one spills to p2.
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
         conn.request("POST", "/v1/chat/completions",
