@@ -184,22 +184,29 @@ static void logprob_is_log_softmax(void **state) {
     sy_sampler_free(s);
 }
 
+/* tests/fixtures/sampler/NAME, parsed (the oracle's files, tools/oracle/sampler_fixtures.py). */
+static cJSON *load_sampler_fixture(const char *name) {
+    const char *src = getenv("SY_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/sampler/%s", src ? src : ".", name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 21];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    assert_true(len < sizeof text - 1); /* the whole file was read */
+    text[len] = '\0';
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    return doc;
+}
+
 /* llama.cpp's own chain (tests/fixtures/sampler/llama-chain.json, tools/oracle/sampler_fixtures.py): logit
  * bias, top-k, typical-p, top-p, min-p, XTC (its coin always on) and temperature leave the same candidates with
  * the same probabilities. */
 static void chain_matches_llama_cpp(void **state) {
     (void)state;
-    const char *src = getenv("SY_SOURCE_DIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/sampler/llama-chain.json", src ? src : ".");
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char text[1 << 20];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    cJSON *doc = cJSON_Parse(text);
-    assert_non_null(doc);
+    cJSON *doc = load_sampler_fixture("llama-chain.json");
     const cJSON *c;
     int n_cases = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
@@ -256,17 +263,7 @@ static int by_head(const void *a, const void *b) {
  * span several tokens, and a repetition long enough that the exponent's cap decides. */
 static void dry_matches_llama_cpp(void **state) {
     (void)state;
-    const char *src = getenv("SY_SOURCE_DIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/sampler/llama-dry.json", src ? src : ".");
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char text[1 << 21];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    cJSON *doc = cJSON_Parse(text);
-    assert_non_null(doc);
+    cJSON *doc = load_sampler_fixture("llama-dry.json");
     const cJSON *c;
     int n_cases = 0, bad = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
