@@ -258,9 +258,75 @@ static int matmul_qx_avx2(sy_dtype wtype, const void *W, size_t row_bytes, size_
     return SY_KERNEL_OK;
 }
 
+/* Eight accumulators to one vector of their sums, a[j] in lane j, each by sy_hsum8's tree (lane i + i + 4, then
+ * i + 2, then i + 1) and never mixing two, so each sum has the bits sy_hsum8 gives it alone. */
+AVX2 static ALWAYS_INLINE __m256 reduce8(const __m256 a[8]) {
+    __m256 t[4], u[2];
+    for (int i = 0; i < 4; i++) /* low half: a[2i]'s i + i + 4; high half: a[2i + 1]'s */
+        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; i++)
+        u[i] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 w = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* w holds a[0], a[2], a[4], a[6] in its low half and a[1], a[3], a[5], a[7] in its high half */
+    return _mm256_permutevar8x32_ps(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One key's products with q (hd = 8 nv, nv a multiple of 4) folded to one vector exactly as dot_f32_avx2 folds them
+ * before sy_hsum8: four chains, 32 elements a step, then (0 + 1) + (2 + 3). */
+AVX2 static ALWAYS_INLINE __m256 key_products(const int nv, const float *q, const float *k) {
+    __m256 c[4];
+    for (int j = 0; j < 4; j++)
+        c[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), _mm256_loadu_ps(k + 8 * j), _mm256_setzero_ps());
+    for (int j = 4; j < nv; j++)
+        c[j % 4] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * j), _mm256_loadu_ps(k + 8 * j), c[j % 4]);
+    return _mm256_add_ps(_mm256_add_ps(c[0], c[1]), _mm256_add_ps(c[2], c[3]));
+}
+
+/* attend_f32 for hd = 64, 128: eight keys scored at a time through one transposing reduction (each score has
+ * dot_f32_avx2's bits without a reduction per key); the exponentials and the value sums are sy_attend_with's. */
+AVX2 static ALWAYS_INLINE void attend_scored8(const int nv, const float *q, const float *K, const float *V,
+                                              size_t stride, size_t n, float scale, float *max, float *sum,
+                                              float *out) {
+    const size_t hd = 8 * (size_t)nv;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (size_t c0 = 0; c0 < n; c0 += SY_ATTEND_CHUNK) {
+        size_t nc = n - c0 < SY_ATTEND_CHUNK ? n - c0 : SY_ATTEND_CHUNK;
+        const float *Kc = K + c0 * stride, *Vc = V + c0 * stride;
+        _Alignas(32) float s[SY_ATTEND_CHUNK];
+        float block_max = -INFINITY;
+        for (size_t g = 0; g < nc; g += 8) {
+            const size_t cnt = nc - g < 8 ? nc - g : 8;
+            __m256 keys[8];
+            for (size_t j = 0; j < 8; j++)
+                keys[j] = j < cnt ? key_products(nv, q, Kc + (g + j) * stride) : _mm256_setzero_ps();
+            _mm256_store_ps(s + g, _mm256_mul_ps(reduce8(keys), vscale));
+            for (size_t j = 0; j < cnt; j++)
+                if (s[g + j] > block_max) block_max = s[g + j];
+        }
+        if (block_max > *max) {
+            float shrink = expf(*max - block_max);
+            *sum *= shrink;
+            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
+            *max = block_max;
+        }
+        for (size_t i = 0; i < nc; i++) {
+            float e = expf(s[i] - *max);
+            *sum += e;
+            axpy_f32_avx2(out, e, Vc + i * stride, hd);
+        }
+    }
+}
+
 AVX2 static void attend_f32_avx2(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
                                  float scale, float *max, float *sum, float *out) {
-    sy_attend_with(dot_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
+    switch (hd) { /* the usual head sizes */
+    case 64: attend_scored8(8, q, K, V, stride, n, scale, max, sum, out); return;
+    case 128: attend_scored8(16, q, K, V, stride, n, scale, max, sum, out); return;
+    default: sy_attend_with(dot_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
+    }
 }
 
 /* KV cache conversions: F16C, 8 at a time (round to nearest even, as sy_f32_to_f16), scalar tails. */

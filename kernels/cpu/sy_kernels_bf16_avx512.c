@@ -8,7 +8,7 @@
  *
  * Batch invariance: every (row, token) dot runs the same chain (one accumulator, 32 elements a step in order, the
  * same reduction tree), whatever the tile around it, so a token's result does not depend on its batch. */
-#include "sy_kernels_internal.h"
+#include "sy_kernels_x86.h"
 
 #if SY_KERNELS_X86
 
@@ -16,24 +16,6 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
-
-/* Sixteen accumulators to one vector of their sums: lane 4c + q holds the sum of acc[4q + c]. Each sum adds lane j
- * and j + 8, then j + 4, j + 2, j + 1, and never mixes two accumulators, so an accumulator's sum has the same bits
- * whichever others share the call (unused ones are zero). */
-AVX512 static ALWAYS_INLINE __m512 reduce16(const __m512 a[16]) {
-    __m512 s[8], u[4], w[2];
-    for (int i = 0; i < 8; i++)
-        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; i++)
-        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 /* The exact variant: each 64-byte load of 32 bf16 weights gives its even elements as f32 by one shift and its odd
  * ones by one mask (a bf16 is the high half of an f32), which meet the activations stored even/odd per 32 (below)
@@ -62,7 +44,7 @@ AVX512 static ALWAYS_INLINE void tile_eo(const int R, const int T, const uint8_t
         }
     }
     _Alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, reduce16(acc));
+    _mm512_store_ps(lanes, sy_reduce16(acc));
     for (int a = 0; a < R * T; a++) out[a] = lanes[4 * (a % 4) + a / 4];
 }
 

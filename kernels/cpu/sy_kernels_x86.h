@@ -1,6 +1,6 @@
-/* Small helpers the x86 tiers share (sy_kernels_avx2.c, sy_kernels_fused_avx2.c, sy_kernels_fused_avx512.c).
- * They carry the AVX2 target, a subset of the AVX-512 tier's, so either tier's functions inline them; the K-quant
- * scale decoders serve both fused tiers. */
+/* Small helpers the x86 tiers share (sy_kernels_avx2.c, sy_kernels_avx512.c, sy_kernels_bf16_avx512.c and the
+ * fused kernels). Most carry the AVX2 target, a subset of the AVX-512 tier's, so either tier's functions inline
+ * them; the K-quant scale decoders serve both fused tiers; the AVX-512 ones are marked. */
 #ifndef SY_KERNELS_X86_H
 #define SY_KERNELS_X86_H
 
@@ -82,6 +82,27 @@ static inline __m128i sy_q3k_scales(const uint8_t *s) {
     for (int k = 0; k < 4; k++) lo[k] |= ((w2 >> (2 * k)) & 0x03030303u) << 4;
     __m128i v = _mm_set_epi32((int)lo[3], (int)lo[2], (int)lo[1], (int)lo[0]);
     return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+/* The AVX-512 helpers (the AVX-512 tier's files only): their target is a subset of every AVX-512 file's. */
+#define SY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+/* Sixteen accumulators to one vector of their sums: lane 4c + q holds the sum of a[4q + c]. Each sum adds lane j
+ * and j + 8, then j + 4, j + 2, j + 1 (the tree of _mm512_reduce_add_ps), and never mixes two accumulators, so an
+ * accumulator's sum has the same bits whichever others share the call (unused ones are zero). */
+SY_AVX512_TARGET static SY_ALWAYS_INLINE __m512 sy_reduce16(const __m512 a[16]) {
+    __m512 s[8], u[4], w[2];
+    for (int i = 0; i < 8; i++)
+        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 #endif
