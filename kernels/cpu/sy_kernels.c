@@ -355,6 +355,35 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
+const uint64_t sy_expf_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+
+float sy_expf(float x) {
+    if (isnan(x)) return x + x;
+    if (x < SY_EXPF_UNDER) return 0.0f; /* -inf too */
+    if (x > SY_EXPF_OVER) return INFINITY;
+    double xd = x, z = SY_EXPF_INVLN2_32 * xd;
+    double kd = z + SY_EXPF_SHIFT; /* k = z rounded to the nearest integer, in kd's low bits */
+    uint64_t ki;
+    memcpy(&ki, &kd, sizeof ki);
+    kd -= SY_EXPF_SHIFT;
+    double r = fma(SY_EXPF_INVLN2_32, xd, -kd); /* glibc's build fuses z - kd: 2 of the 2^32 inputs need it */
+    uint64_t t = sy_expf_table[ki % 32] + (ki << 47);
+    double scale;
+    memcpy(&scale, &t, sizeof scale);
+    double p = fma(SY_EXPF_C0, r, SY_EXPF_C1), r2 = r * r, y = fma(SY_EXPF_C2, r, 1.0);
+    y = fma(p, r2, y);
+    return (float)(y * scale);
+}
+
 float sy_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exponent = (h >> 10) & 0x1fu;

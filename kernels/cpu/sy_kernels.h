@@ -79,11 +79,14 @@ typedef struct sy_kernels {
     int (*matmul_qx)(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t k,
                      const void *QX, size_t n_batch, float *Y, size_t ldy);
 
+    /* y[i] = sy_expf(x[i]) for i < n (y may be x): the same bits on every tier, vectorised where the tier can. */
+    void (*exp_f32)(const float *x, float *y, size_t n);
+
     /* One block of keys of a query's attention with an online softmax: s_i = scale * dot_f32(q, K + i*stride, hd)
-     * for i < n; if the largest s_i exceeds *max, out and *sum are first scaled by e^(*max - largest) and *max
-     * becomes it; then for each i in order, e = e^(s_i - *max), *sum += e, axpy_f32(out, e, V + i*stride, hd).
-     * That is the tier's dot_f32 and axpy_f32 key by key, bit for bit, without a call per key and, where the
-     * tier can, with out held in registers. */
+     * for i < n; if the largest s_i exceeds *max, out and *sum are first scaled by sy_expf(*max - largest) and
+     * *max becomes it; then for each i in order, e = sy_expf(s_i - *max), *sum += e, axpy_f32(out, e, V +
+     * i*stride, hd). That is the tier's dot_f32 and axpy_f32 key by key, bit for bit, without a call per key and,
+     * where the tier can, with sixteen keys scored and exponentiated at once and out held in registers. */
     void (*attend_f32)(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
                        float scale, float *max, float *sum, float *out);
 
@@ -150,6 +153,13 @@ int sy_dequantize_row(sy_dtype type, const void *src, size_t src_bytes, float *d
 
 /* ---- conversions (exact, round to nearest even; NaN stays NaN, overflow gives infinity) ---- */
 
+/* e^x with the bits of glibc's expf (2.28 and later: the Arm optimized-routines algorithm, x / ln 2 split into k/32
+ * and r, 2^(k/32) from a 32-entry table, a cubic for 2^r, all in double, rounded once to float; under 0.51 ulp;
+ * equal to Debian 12's glibc 2.36 expf on all 2^32 inputs):
+ * computed here so that the tiers' vector forms (exp_f32) and the scalar tier agree bit for bit with each other
+ * and with the expf the engines called before, whatever the platform's libm. 0 below log(2^-150), +inf above
+ * log(2^128), NaN for NaN. */
+float sy_expf(float x);
 float sy_f16_to_f32(uint16_t h);
 uint16_t sy_f32_to_f16(float f);
 float sy_bf16_to_f32(uint16_t h);

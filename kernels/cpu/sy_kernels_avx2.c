@@ -258,6 +258,13 @@ static int matmul_qx_avx2(sy_dtype wtype, const void *W, size_t row_bytes, size_
     return SY_KERNEL_OK;
 }
 
+/* sy_expf eight at a time; the tail element by element (the same bits). */
+AVX2 static void exp_f32_avx2(const float *x, float *y, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sy_expf8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = sy_expf(x[i]);
+}
+
 /* Eight accumulators to one vector of their sums, a[j] in lane j, each by sy_hsum8's tree (lane i + i + 4, then
  * i + 2, then i + 1) and never mixing two, so each sum has the bits sy_hsum8 gives it alone. */
 AVX2 static ALWAYS_INLINE __m256 reduce8(const __m256 a[8]) {
@@ -286,7 +293,7 @@ AVX2 static ALWAYS_INLINE __m256 key_products(const int nv, const float *q, cons
 }
 
 /* attend_f32 for hd = 64, 128: eight keys scored at a time through one transposing reduction (each score has
- * dot_f32_avx2's bits without a reduction per key); the exponentials and the value sums are sy_attend_with's. */
+ * dot_f32_avx2's bits without a reduction per key), their exponentials eight at a time. */
 AVX2 static ALWAYS_INLINE void attend_scored8(const int nv, const float *q, const float *K, const float *V,
                                               size_t stride, size_t n, float scale, float *max, float *sum,
                                               float *out) {
@@ -307,15 +314,16 @@ AVX2 static ALWAYS_INLINE void attend_scored8(const int nv, const float *q, cons
                 if (s[g + j] > block_max) block_max = s[g + j];
         }
         if (block_max > *max) {
-            float shrink = expf(*max - block_max);
+            float shrink = sy_expf(*max - block_max);
             *sum *= shrink;
             for (size_t i = 0; i < hd; i++) out[i] *= shrink;
             *max = block_max;
         }
+        for (size_t i = 0; i < nc; i++) s[i] -= *max;
+        exp_f32_avx2(s, s, nc);
         for (size_t i = 0; i < nc; i++) {
-            float e = expf(s[i] - *max);
-            *sum += e;
-            axpy_f32_avx2(out, e, Vc + i * stride, hd);
+            *sum += s[i];
+            axpy_f32_avx2(out, s[i], Vc + i * stride, hd);
         }
     }
 }
@@ -325,7 +333,7 @@ AVX2 static void attend_f32_avx2(const float *q, const float *K, const float *V,
     switch (hd) { /* the usual head sizes */
     case 64: attend_scored8(8, q, K, V, stride, n, scale, max, sum, out); return;
     case 128: attend_scored8(16, q, K, V, stride, n, scale, max, sum, out); return;
-    default: sy_attend_with(dot_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
+    default: sy_attend_with(dot_f32_avx2, exp_f32_avx2, axpy_f32_avx2, q, K, V, stride, n, hd, scale, max, sum, out);
     }
 }
 
@@ -363,6 +371,7 @@ const sy_kernels sy_kernels_avx2_table = {
     .axpy_f32 = axpy_f32_avx2,
     .matmul = matmul_avx2,
     .matmul_qx = matmul_qx_avx2,
+    .exp_f32 = exp_f32_avx2,
     .attend_f32 = attend_f32_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,

@@ -113,6 +113,18 @@ void sy_quantize_row_avx2(const float *x, size_t k, int8_t *q, float *d, float *
 /* Loads a little-endian f16 stored at an arbitrary address (block scales are 2-byte aligned at best). */
 static inline float sy_load_f16(const uint8_t *p) { return sy_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
 
+/* sy_expf's data (sy_kernels.c), which the vector forms share: 2^(i/32) as double bits less i << 47 (so that adding
+ * k << 47 for k = 32 q + i makes 2^(k/32)), 32 / ln 2, the rounding shift 1.5 * 2^52, the cubic's coefficients
+ * (scaled for r in units of 1/32), and the range outside which the result is 0 or +inf. */
+extern const uint64_t sy_expf_table[32];
+#define SY_EXPF_INVLN2_32 0x1.71547652b82fep+5
+#define SY_EXPF_SHIFT 0x1.8p+52
+#define SY_EXPF_C0 (0x1.c6af84b912394p-5 / 32 / 32 / 32)
+#define SY_EXPF_C1 (0x1.ebfce50fac4f3p-3 / 32 / 32)
+#define SY_EXPF_C2 (0x1.62e42ff0c52d6p-1 / 32)
+#define SY_EXPF_UNDER -0x1.9fe368p6f /* log(2^-150): below it e^x rounds to 0 */
+#define SY_EXPF_OVER 0x1.62e42ep6f   /* log(2^128) rounded down: above it e^x is +inf */
+
 /* attend_f32 (sy_kernels.h) in terms of a tier's dot and axpy, which the compiler inlines where the tier's function
  * passes its own; keys are scored SY_ATTEND_CHUNK at a time (the transformer's blocks are smaller). */
 #define SY_ATTEND_CHUNK 256
@@ -130,6 +142,7 @@ static inline __attribute__((always_inline)) float sy_attend_scores(float (*dot)
 }
 
 static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(const float *, const float *, size_t),
+                                                                 void (*exp_row)(const float *, float *, size_t),
                                                                  void (*axpy)(float *, float, const float *, size_t),
                                                                  const float *q, const float *K, const float *V,
                                                                  size_t stride, size_t n, size_t hd, float scale,
@@ -140,15 +153,16 @@ static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(co
         float s[SY_ATTEND_CHUNK];
         float block_max = sy_attend_scores(dot, q, Kc, stride, nc, hd, scale, s);
         if (block_max > *max) { /* rescale what was summed under the old maximum */
-            float shrink = expf(*max - block_max);
+            float shrink = sy_expf(*max - block_max);
             *sum *= shrink;
             for (size_t i = 0; i < hd; i++) out[i] *= shrink;
             *max = block_max;
         }
+        for (size_t i = 0; i < nc; i++) s[i] -= *max;
+        exp_row(s, s, nc);
         for (size_t i = 0; i < nc; i++) {
-            float e = expf(s[i] - *max);
-            *sum += e;
-            axpy(out, e, Vc + i * stride, hd);
+            *sum += s[i];
+            axpy(out, s[i], Vc + i * stride, hd);
         }
     }
 }

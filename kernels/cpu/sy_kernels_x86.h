@@ -9,6 +9,7 @@
 #if SY_KERNELS_X86
 
 #include <immintrin.h>
+#include <math.h>
 
 #define SY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #define SY_ALWAYS_INLINE __attribute__((always_inline)) inline
@@ -84,6 +85,32 @@ static inline __m128i sy_q3k_scales(const uint8_t *s) {
     return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
+/* sy_expf on four doubles widened from floats: the same operations, so the same bits (the table by a gather). */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE __m128 sy_expf4_pd(__m128 x) {
+    const __m256d shift = _mm256_set1_pd(SY_EXPF_SHIFT);
+    const __m256d invln2 = _mm256_set1_pd(SY_EXPF_INVLN2_32), xd = _mm256_cvtps_pd(x);
+    __m256d kd = _mm256_add_pd(_mm256_mul_pd(invln2, xd), shift);
+    __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    __m256d r = _mm256_fmsub_pd(invln2, xd, kd);
+    __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)sy_expf_table,
+                                       _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    __m256d scale = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+    __m256d p = _mm256_fmadd_pd(_mm256_set1_pd(SY_EXPF_C0), r, _mm256_set1_pd(SY_EXPF_C1));
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(SY_EXPF_C2), r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(p, r2, y);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, scale));
+}
+
+/* sy_expf on eight floats, the special cases by masks. */
+SY_AVX2_TARGET static SY_ALWAYS_INLINE __m256 sy_expf8(__m256 x) {
+    __m256 y = _mm256_set_m128(sy_expf4_pd(_mm256_extractf128_ps(x, 1)), sy_expf4_pd(_mm256_castps256_ps128(x)));
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(SY_EXPF_UNDER), _CMP_LT_OQ), y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(SY_EXPF_OVER), _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 /* The AVX-512 helpers (the AVX-512 tier's files only): their target is a subset of every AVX-512 file's. */
 #define SY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
@@ -103,6 +130,40 @@ SY_AVX512_TARGET static SY_ALWAYS_INLINE __m512 sy_reduce16(const __m512 a[16]) 
                              _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* sy_expf on eight doubles widened from floats: the same operations, so the same bits (the table by two
+ * two-source permutes). */
+SY_AVX512_TARGET static SY_ALWAYS_INLINE __m256 sy_expf8_pd(__m256 x, const __m512i tab[4]) {
+    const __m512d shift = _mm512_set1_pd(SY_EXPF_SHIFT);
+    const __m512d invln2 = _mm512_set1_pd(SY_EXPF_INVLN2_32), xd = _mm512_cvtps_pd(x);
+    __m512d kd = _mm512_add_pd(_mm512_mul_pd(invln2, xd), shift);
+    __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, shift);
+    __m512d r = _mm512_fmsub_pd(invln2, xd, kd);
+    __m512i lo = _mm512_permutex2var_epi64(tab[0], ki, tab[1]), hi = _mm512_permutex2var_epi64(tab[2], ki, tab[3]);
+    __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    __m512d scale = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
+    __m512d p = _mm512_fmadd_pd(_mm512_set1_pd(SY_EXPF_C0), r, _mm512_set1_pd(SY_EXPF_C1));
+    __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(SY_EXPF_C2), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(p, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, scale));
+}
+
+/* The table as four vectors, for sy_expf16. */
+SY_AVX512_TARGET static SY_ALWAYS_INLINE void sy_expf_table_load(__m512i tab[4]) {
+    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_si512((const void *)(sy_expf_table + 8 * i));
+}
+
+/* sy_expf on sixteen floats, the special cases by masks. */
+SY_AVX512_TARGET static SY_ALWAYS_INLINE __m512 sy_expf16(__m512 x, const __m512i tab[4]) {
+    __m256 lo = sy_expf8_pd(_mm512_castps512_ps256(x), tab);
+    __m256 hi = sy_expf8_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), tab);
+    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(SY_EXPF_UNDER), _CMP_NLT_UQ), y);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(SY_EXPF_OVER), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
 }
 
 #endif

@@ -108,6 +108,21 @@ static const kv_case kv_cases[] = {
 };
 static const kv_case *kv_now = &kv_cases[0];
 
+/* SY_ATTENTION_KV_CASES (a comma list of the names above; default all of them) narrows the runs: the sanitizer
+ * suite's forced-tier runs check the default f16 only, its untiered run and the release suite every case. */
+static bool kv_case_wanted(const kv_case *c) {
+    const char *list = getenv("SY_ATTENTION_KV_CASES");
+    if (list == NULL || *list == '\0') return true;
+    size_t n = strlen(c->name);
+    for (const char *p = list; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, c->name, n) == 0) return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
 /* Largest |a - b| over n, against the largest |b|. */
 static void assert_close(const float *a, const double *b, size_t n, const char *what) {
     double worst = 0.0, scale = 1e-3;
@@ -203,6 +218,7 @@ static void check_against_reference(uint32_t n_head, uint32_t n_head_kv, uint32_
 static void test_odd_lengths_gqa(void **state) {
     (void)state;
     for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        if (!kv_case_wanted(kv_now)) continue;
         const uint32_t lens[] = {1, 7, 9, 63, 65, 129, 200};
         for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
             check_against_reference(4, 2, 64, 2, &lens[i], 1, 2);  /* the in-register head size of AVX-512 */
@@ -215,6 +231,7 @@ static void test_odd_lengths_gqa(void **state) {
 static void test_wide_group(void **state) {
     (void)state;
     for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        if (!kv_case_wanted(kv_now)) continue;
         const uint32_t lens[] = {70};
         check_against_reference(18, 1, 16, 2, lens, 1, 2);
     }
@@ -224,6 +241,7 @@ static void test_wide_group(void **state) {
 static void test_several_sequences(void **state) {
     (void)state;
     for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        if (!kv_case_wanted(kv_now)) continue;
         const uint32_t lens[] = {13, 1, 66};
         check_against_reference(4, 2, 64, 2, lens, 3, 3);
     }
@@ -233,6 +251,7 @@ static void test_several_sequences(void **state) {
 static void test_split_decode_at_depth(void **state) {
     (void)state;
     for (kv_now = kv_cases; kv_now < kv_cases + sizeof kv_cases / sizeof *kv_cases; kv_now++) {
+        if (!kv_case_wanted(kv_now)) continue;
         const uint32_t one[] = {1500}, two[] = {1300, 1100};
         check_against_reference(4, 2, 64, 4, one, 1, 3);
         check_against_reference(4, 1, 64, 8, one, 1, 2);

@@ -1,6 +1,7 @@
 /* CPU kernels: the scalar tier against plain f64 computations, every SIMD tier against the scalar tier, known
  * values for every block format, argument checks. With SY_CPU_TIER set, checks that sy_kernels_active() is that
  * tier (skipped when this CPU lacks it) and tests that tier only; without it, tests every supported tier. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -271,8 +272,8 @@ static void test_dot_and_axpy(void **state) {
     }
 }
 
-/* attend_f32 over a sequence of blocks: bit for bit the tier's dot_f32 and axpy_f32 key by key (what the transformer
- * ran before the kernel had it), and within rounding of the softmax-weighted sum in double precision. */
+/* attend_f32 over a sequence of blocks: bit for bit the tier's dot_f32, sy_expf and axpy_f32 key by key (what the
+ * transformer ran before the kernel had it), and within rounding of the softmax-weighted sum in double precision. */
 static void attend_reference_loop(const sy_kernels *k, const float *q, const float *K, const float *V, size_t stride,
                                   size_t n, size_t hd, float scale, float *max, float *sum, float *out) {
     float s[300], block_max = -INFINITY;
@@ -281,16 +282,70 @@ static void attend_reference_loop(const sy_kernels *k, const float *q, const flo
         if (s[i] > block_max) block_max = s[i];
     }
     if (block_max > *max) {
-        float shrink = expf(*max - block_max);
+        float shrink = sy_expf(*max - block_max);
         *sum *= shrink;
         for (size_t i = 0; i < hd; i++) out[i] *= shrink;
         *max = block_max;
     }
     for (size_t i = 0; i < n; i++) {
-        float e = expf(s[i] - *max);
+        float e = sy_expf(s[i] - *max);
         *sum += e;
         k->axpy_f32(out, e, V + i * stride, hd);
     }
+}
+
+/* sy_expf: within 0.51 ulp of e^x wherever e^x is a normal float, 0 and +inf past its range, NaN for NaN; on glibc
+ * (2.28 and later) the bits of libm's expf, which the attention used before; and every tier's exp_f32 gives sy_expf's
+ * bits, wherever an element sits in the call. Over every 509th float bit pattern (8.4 million), both signs. */
+static void test_exp(void **state) {
+    (void)state;
+    const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
+    int n_tiers = tiers_under_test(tiers);
+    enum { CHUNK = 4099 };
+    float x[CHUNK], want[CHUNK], got[CHUNK];
+    double worst = 0.0;
+    size_t libm_differs = 0;
+    uint64_t pattern = 0;
+    for (bool done = false; !done;) {
+        size_t n = 0;
+        for (; n < CHUNK && !done; n++, pattern += 509) {
+            uint32_t b = (uint32_t)pattern;
+            memcpy(&x[n], &b, sizeof b);
+            done = pattern + 509 > UINT32_MAX;
+        }
+        for (size_t i = 0; i < n; i++) {
+            want[i] = sy_expf(x[i]);
+            double e = exp((double)x[i]);
+            if (isnan(x[i])) {
+                if (!isnan(want[i])) fail_msg("sy_expf(nan) = %g", want[i]);
+            } else if (e >= FLT_MIN && e <= FLT_MAX) {
+                double ulp = (double)nextafterf((float)e, INFINITY) - (double)(float)e;
+                double err = fabs((double)want[i] - e) / ulp;
+                if (err > worst) worst = err;
+            } else if (e > FLT_MAX && want[i] != INFINITY) {
+                fail_msg("sy_expf(%a) = %a, want +inf", x[i], want[i]);
+            } else if (e < 0x1p-150 && want[i] != 0.0f) {
+                fail_msg("sy_expf(%a) = %a, want 0", x[i], want[i]);
+            }
+#ifdef __GLIBC__
+            float libm = expf(x[i]);
+            if (memcmp(&libm, &want[i], sizeof libm) != 0 && !(isnan(libm) && isnan(want[i]))) libm_differs++;
+#endif
+        }
+        for (int t = 0; t < n_tiers; t++) {
+            size_t off = (size_t)t % 5; /* shift the lanes an element lands in */
+            tiers[t]->exp_f32(x + off, got, n - off);
+            for (size_t i = 0; i + off < n; i++)
+                if (memcmp(&got[i], &want[i + off], sizeof got[i]) != 0 && !(isnan(got[i]) && isnan(want[i + off])))
+                    fail_msg("%s exp_f32(%a) = %a, sy_expf %a", tiers[t]->name, x[i + off], got[i], want[i + off]);
+        }
+    }
+    if (worst > 0.51) fail_msg("sy_expf: %.3f ulp from e^x", worst);
+    if (libm_differs != 0) fail_msg("sy_expf differs from glibc's expf on %zu inputs", libm_differs);
+    const float edge[] = {-INFINITY, -104.0f, 0.0f, -0.0f, 89.0f, INFINITY};
+    const float edge_want[] = {0.0f, 0.0f, 1.0f, 1.0f, INFINITY, INFINITY};
+    for (size_t i = 0; i < 6; i++)
+        if (sy_expf(edge[i]) != edge_want[i]) fail_msg("sy_expf(%g) = %g", edge[i], sy_expf(edge[i]));
 }
 
 static void test_attend(void **state) {
@@ -1101,6 +1156,7 @@ int main(void) {
         cmocka_unit_test(test_f32_to_f16_rounding),
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_dot_and_axpy),
+        cmocka_unit_test(test_exp),
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_kv_conversions),
         cmocka_unit_test(test_matmul_f32),
