@@ -313,18 +313,7 @@ AVX2 static ALWAYS_INLINE void attend_scored8(const int nv, const float *q, cons
             for (size_t j = 0; j < cnt; j++)
                 if (s[g + j] > block_max) block_max = s[g + j];
         }
-        if (block_max > *max) {
-            float shrink = sy_expf(*max - block_max);
-            *sum *= shrink;
-            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
-            *max = block_max;
-        }
-        for (size_t i = 0; i < nc; i++) s[i] -= *max;
-        exp_f32_avx2(s, s, nc);
-        for (size_t i = 0; i < nc; i++) {
-            *sum += s[i];
-            axpy_f32_avx2(out, s[i], Vc + i * stride, hd);
-        }
+        sy_attend_fold(exp_f32_avx2, axpy_f32_avx2, s, block_max, Vc, stride, nc, hd, max, sum, out);
     }
 }
 

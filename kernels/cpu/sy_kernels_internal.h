@@ -141,6 +141,27 @@ static inline __attribute__((always_inline)) float sy_attend_scores(float (*dot)
     return block_max;
 }
 
+/* The rest of attend_f32 for a block of nc keys whose scores s hold and whose largest is block_max: the rescale
+ * when the maximum moves, the exponentials (s is overwritten with them) and the value sums, in attend_f32's order. */
+static inline __attribute__((always_inline)) void sy_attend_fold(void (*exp_row)(const float *, float *, size_t),
+                                                                 void (*axpy)(float *, float, const float *, size_t),
+                                                                 float *s, float block_max, const float *Vc,
+                                                                 size_t stride, size_t nc, size_t hd, float *max,
+                                                                 float *sum, float *out) {
+    if (block_max > *max) { /* rescale what was summed under the old maximum */
+        float shrink = sy_expf(*max - block_max);
+        *sum *= shrink;
+        for (size_t i = 0; i < hd; i++) out[i] *= shrink;
+        *max = block_max;
+    }
+    for (size_t i = 0; i < nc; i++) s[i] -= *max;
+    exp_row(s, s, nc);
+    for (size_t i = 0; i < nc; i++) {
+        *sum += s[i];
+        axpy(out, s[i], Vc + i * stride, hd);
+    }
+}
+
 static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(const float *, const float *, size_t),
                                                                  void (*exp_row)(const float *, float *, size_t),
                                                                  void (*axpy)(float *, float, const float *, size_t),
@@ -152,18 +173,7 @@ static inline __attribute__((always_inline)) void sy_attend_with(float (*dot)(co
         const float *Kc = K + c0 * stride, *Vc = V + c0 * stride;
         float s[SY_ATTEND_CHUNK];
         float block_max = sy_attend_scores(dot, q, Kc, stride, nc, hd, scale, s);
-        if (block_max > *max) { /* rescale what was summed under the old maximum */
-            float shrink = sy_expf(*max - block_max);
-            *sum *= shrink;
-            for (size_t i = 0; i < hd; i++) out[i] *= shrink;
-            *max = block_max;
-        }
-        for (size_t i = 0; i < nc; i++) s[i] -= *max;
-        exp_row(s, s, nc);
-        for (size_t i = 0; i < nc; i++) {
-            *sum += s[i];
-            axpy(out, s[i], Vc + i * stride, hd);
-        }
+        sy_attend_fold(exp_row, axpy, s, block_max, Vc, stride, nc, hd, max, sum, out);
     }
 }
 
