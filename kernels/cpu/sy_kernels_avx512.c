@@ -213,6 +213,9 @@ static int matmul_qx_avx512(sy_dtype wtype, const void *W, size_t row_bytes, siz
     sy_fused_rows_fn fused[SY_FUSED_TILE_MAX];
     int tile = sy_fused_kernels_avx512(wtype, fused);
     if (tile == 0) return SY_KERNEL_EINVAL;
+    if (n_batch > (size_t)tile &&
+        sy_fused_panel_avx512(wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy))
+        return SY_KERNEL_OK;
     sy_matmul_qx_fused_driver(fused, tile, wtype, W, row_bytes, row_begin, row_end, k, QX, n_batch, Y, ldy);
     return SY_KERNEL_OK;
 }

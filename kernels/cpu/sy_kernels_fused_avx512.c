@@ -3,7 +3,7 @@
  *
  * vpdpbusd multiplies unsigned weight codes by signed activation bytes and sums each four into 32 bits in one
  * instruction. The 32-element block types take sixteen blocks at a time, one block per 32-bit lane (see
- * blocks32_group), up to eight tokens per pass over the weights; the K-quants take 64 elements of a 256-element block
+ * blocks32_decode), up to eight tokens per pass over the weights (more in a batch: see panel); the K-quants take 64 elements of a 256-element block
  * at a time, with the per-lane f32 scales picked by one permute per token, four tokens per pass. Reading ahead: see
  * sy_prefetch_ahead. */
 #include "sy_kernels_x86.h"
@@ -94,6 +94,14 @@ typedef struct group_scales {
     __m512 off16[2]; /* ... + off16 per 16 elements in element order, one vector per 256 (n_off16 of them) */
 } group_scales;
 
+/* One group of a row, decoded: its transposed codes and scales, as group_dot takes them. */
+typedef struct decoded_group {
+    __m512i v[8];
+    group_scales gs;
+    int count;   /* live lanes: blocks of 32, or the 32-element sub-blocks of the 256-element blocks */
+    int n_off16; /* vectors of gs.off16 in use */
+} decoded_group;
+
 /* Group gi's transposed codes v against every token. shift: the codes' integer offset, w = scale * (code -
  * 2^shift) (0: none), started in the integer sums from the activations' block sums. */
 AVX512 static ALWAYS_INLINE void group_dot(const __m512i v[8], const group_scales *gs, const int split, const int shift,
@@ -165,9 +173,9 @@ AVX512 static ALWAYS_INLINE __m512i blocks32_codes(sy_dtype type, const uint8_t 
     return u;
 }
 
-/* Blocks 16 gi .. 16 gi + count - 1 (count 16, or fewer at the end of a row) of the row at w against every token. */
-AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w, size_t gi, const int count,
-                                                const sy_qx_row *x, const int nb, __m512 *acc) {
+/* Blocks 16 gi .. 16 gi + count - 1 (count 16, or fewer at the end of a row) of the row at w, decoded. */
+AVX512 static ALWAYS_INLINE void blocks32_decode(sy_dtype type, const uint8_t *w, size_t gi, const int count,
+                                                 decoded_group *d) {
     const int bytes = sy_blocks32_bytes(type);
     const uint8_t *g = w + gi * 16 * (size_t)bytes;
     sy_prefetch_ahead(g, 16 * (size_t)bytes);
@@ -178,31 +186,20 @@ AVX512 static ALWAYS_INLINE void blocks32_group(sy_dtype type, const uint8_t *w,
     __m512i head = count == 16 ? _mm512_i32gather_epi32(at, (const void *)g, 1)
                                : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at, (const void *)g, 1);
     const int with_min = type == SY_DTYPE_Q4_1 || type == SY_DTYPE_Q5_1;
-    group_scales gs;
-    gs.scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
-    gs.min = with_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : gs.scale;
-    __m512i v[8];
+    d->gs.scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    d->gs.min = with_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : d->gs.scale;
     for (int p = 0; p < 8; p++) {
         if (2 * p + 1 < count) {
-            v[p] = blocks32_codes(type, g + 2 * p * bytes, g + (2 * p + 1) * bytes, 1);
+            d->v[p] = blocks32_codes(type, g + 2 * p * bytes, g + (2 * p + 1) * bytes, 1);
         } else if (2 * p < count) {
-            v[p] = blocks32_codes(type, g + 2 * p * bytes, NULL, 0);
+            d->v[p] = blocks32_codes(type, g + 2 * p * bytes, NULL, 0);
         } else {
-            v[p] = _mm512_setzero_si512();
+            d->v[p] = _mm512_setzero_si512();
         }
     }
-    transpose_blocks16(v);
-    group_dot(v, &gs, 0, blocks32_offset_shift(type), with_min, 0, gi, count, x, nb, acc);
-}
-
-AVX512 static ALWAYS_INLINE void row_blocks32(sy_dtype type, const uint8_t *w, size_t n_blocks,
-                                              const sy_qx_row *x, const int nb, float *out) {
-    __m512 acc[TILE];
-    for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
-    size_t gi = 0;
-    for (; 16 * gi + 16 <= n_blocks; gi++) blocks32_group(type, w, gi, 16, x, nb, acc);
-    if (16 * gi < n_blocks) blocks32_group(type, w, gi, (int)(n_blocks - 16 * gi), x, nb, acc);
-    hsum16_tokens(acc, nb, out);
+    transpose_blocks16(d->v);
+    d->count = count;
+    d->n_off16 = 0;
 }
 
 /* ---- K-quants: 256-element blocks, two per group ---- */
@@ -226,31 +223,30 @@ AVX512 static ALWAYS_INLINE __m512 join8(__m256 lo, __m256 hi) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
 
-/* Blocks 2 gi and (pair) 2 gi + 1: w = d * sc * u - dmin * m per sub-block of 32. */
-AVX512 static ALWAYS_INLINE void q4k_q5k_group(const int five, const uint8_t *w, size_t gi, const int pair,
-                                               const sy_qx_row *x, const int nb, __m512 *acc) {
+/* Blocks 2 gi and (pair) 2 gi + 1, decoded: w = d * sc * u - dmin * m per sub-block of 32. */
+AVX512 static ALWAYS_INLINE void q4k_q5k_decode(const int five, const uint8_t *w, size_t gi, const int pair,
+                                                decoded_group *d) {
     const size_t bytes = five ? 176 : 144;
     const uint8_t *b0 = w + 2 * gi * bytes, *b1 = b0 + bytes;
     sy_prefetch_ahead(b0, (pair ? 2 : 1) * bytes);
     __m256 sc[2], mn[2], dsc[2], dmn[2];
-    __m512i v[8];
     for (int h = 0; h < 2; h++) {
         if (h == 1 && !pair) {
             dsc[1] = dmn[1] = _mm256_setzero_ps();
-            for (int i = 0; i < 4; i++) v[4 + i] = _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) d->v[4 + i] = _mm512_setzero_si512();
             break;
         }
         const uint8_t *b = h ? b1 : b0;
         sy_k4_scales_mins(b + 4, &sc[h], &mn[h]);
         dsc[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(sy_f16_at(b)));
         dmn[h] = _mm256_mul_ps(mn[h], _mm256_set1_ps(-sy_f16_at(b + 2)));
-        for (int i = 0; i < 4; i++) v[4 * h + i] = k4_codes(five, b, i);
+        for (int i = 0; i < 4; i++) d->v[4 * h + i] = k4_codes(five, b, i);
     }
-    group_scales gs;
-    gs.scale = join8(dsc[0], dsc[1]);
-    gs.min = join8(dmn[0], dmn[1]);
-    transpose_blocks16(v);
-    group_dot(v, &gs, 0, 0, 1, 0, gi, pair ? 16 : 8, x, nb, acc);
+    d->gs.scale = join8(dsc[0], dsc[1]);
+    d->gs.min = join8(dmn[0], dmn[1]);
+    transpose_blocks16(d->v);
+    d->count = pair ? 16 : 8;
+    d->n_off16 = 0;
 }
 
 /* The unsigned codes of elements 64i..64i+63 (chunks 2i and 2i + 1 of 32) of a Q2_K/Q3_K/Q6_K block, in order.
@@ -294,48 +290,208 @@ AVX512 static ALWAYS_INLINE void k16_scales(sy_dtype type, const uint8_t *w, __m
     }
 }
 
-/* Blocks 2 gi and (pair) 2 gi + 1: two scales per lane (the sub-blocks of 16), offsets per 16 in element order. */
-AVX512 static ALWAYS_INLINE void k16_group(sy_dtype type, const uint8_t *w, size_t gi, const int pair,
-                                           const sy_qx_row *x, const int nb, __m512 *acc) {
+/* Blocks 2 gi and (pair) 2 gi + 1, decoded: two scales per lane (the sub-blocks of 16), offsets per 16 in element
+ * order. */
+AVX512 static ALWAYS_INLINE void k16_decode(sy_dtype type, const uint8_t *w, size_t gi, const int pair,
+                                            decoded_group *d) {
     const size_t bytes = type == SY_DTYPE_Q2_K ? 84 : type == SY_DTYPE_Q3_K ? 110 : 210;
     const uint8_t *b0 = w + 2 * gi * bytes, *b1 = b0 + bytes;
     sy_prefetch_ahead(b0, (pair ? 2 : 1) * bytes);
-    group_scales gs;
     __m512 dsc[2];
-    __m512i v[8];
-    k16_scales(type, b0, &dsc[0], &gs.off16[0]);
-    for (int i = 0; i < 4; i++) v[i] = k16_codes(type, b0, i);
+    k16_scales(type, b0, &dsc[0], &d->gs.off16[0]);
+    for (int i = 0; i < 4; i++) d->v[i] = k16_codes(type, b0, i);
     if (pair) {
-        k16_scales(type, b1, &dsc[1], &gs.off16[1]);
-        for (int i = 0; i < 4; i++) v[4 + i] = k16_codes(type, b1, i);
+        k16_scales(type, b1, &dsc[1], &d->gs.off16[1]);
+        for (int i = 0; i < 4; i++) d->v[4 + i] = k16_codes(type, b1, i);
     } else {
-        dsc[1] = gs.off16[1] = _mm512_setzero_ps();
-        for (int i = 0; i < 4; i++) v[4 + i] = _mm512_setzero_si512();
+        dsc[1] = d->gs.off16[1] = _mm512_setzero_ps();
+        for (int i = 0; i < 4; i++) d->v[4 + i] = _mm512_setzero_si512();
     }
     /* lane l: block l / 8's sub-blocks 2 (l % 8) and 2 (l % 8) + 1 */
-    gs.scale = _mm512_permutex2var_ps(
+    d->gs.scale = _mm512_permutex2var_ps(
         dsc[0], _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), dsc[1]);
-    gs.scale_hi = _mm512_permutex2var_ps(
+    d->gs.scale_hi = _mm512_permutex2var_ps(
         dsc[0], _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), dsc[1]);
-    gs.min = gs.scale;
-    transpose_blocks16(v);
-    group_dot(v, &gs, 1, 0, 0, pair ? 2 : 1, gi, pair ? 16 : 8, x, nb, acc);
+    d->gs.min = d->gs.scale;
+    transpose_blocks16(d->v);
+    d->count = pair ? 16 : 8;
+    d->n_off16 = pair ? 2 : 1;
 }
 
-/* A K-quant row of n_super 256-element blocks, two per group. */
-AVX512 static ALWAYS_INLINE void row_kquant(sy_dtype type, const uint8_t *w, size_t n_super, const sy_qx_row *x,
-                                            const int nb, float *out) {
+/* ---- every type: a row's groups, decoded one at a time ---- */
+
+static inline int fused_kquant(sy_dtype type) { return type >= SY_DTYPE_Q2_K && type <= SY_DTYPE_Q6_K; }
+/* two integer sums per lane (sub-blocks of 16 with their own scales) */
+static inline int fused_split(sy_dtype type) {
+    return type == SY_DTYPE_Q2_K || type == SY_DTYPE_Q3_K || type == SY_DTYPE_Q6_K;
+}
+static inline int fused_with_min(sy_dtype type) {
+    return type == SY_DTYPE_Q4_1 || type == SY_DTYPE_Q5_1 || type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K;
+}
+/* groups in a row of n blocks (n 256-element blocks for the K-quants, two per group; else 16 per group) */
+static inline size_t fused_groups(sy_dtype type, size_t n) { return fused_kquant(type) ? (n + 1) / 2 : (n + 15) / 16; }
+
+AVX512 static ALWAYS_INLINE void decode_group(sy_dtype type, const uint8_t *w, size_t n, size_t gi, decoded_group *d) {
+    if (type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K) {
+        q4k_q5k_decode(type == SY_DTYPE_Q5_K, w, gi, 2 * gi + 2 <= n, d);
+    } else if (fused_kquant(type)) {
+        k16_decode(type, w, gi, 2 * gi + 2 <= n, d);
+    } else {
+        blocks32_decode(type, w, gi, n - 16 * gi >= 16 ? 16 : (int)(n - 16 * gi), d);
+    }
+}
+
+/* A row of n blocks against up to TILE tokens. */
+AVX512 static ALWAYS_INLINE void row_fused(sy_dtype type, const uint8_t *w, size_t n, const sy_qx_row *x,
+                                           const int nb, float *out) {
     __m512 acc[TILE];
     for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
-    for (size_t gi = 0; 2 * gi < n_super; gi++) {
-        const int pair = 2 * gi + 2 <= n_super;
-        if (type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K) {
-            q4k_q5k_group(type == SY_DTYPE_Q5_K, w, gi, pair, x, nb, acc);
-        } else {
-            k16_group(type, w, gi, pair, x, nb, acc);
-        }
+    for (size_t gi = 0; gi < fused_groups(type, n); gi++) {
+        decoded_group d;
+        decode_group(type, w, n, gi, &d);
+        group_dot(d.v, &d.gs, fused_split(type), blocks32_offset_shift(type), fused_with_min(type), d.n_off16, gi,
+                  d.count, x, nb, acc);
     }
     hsum16_tokens(acc, nb, out);
+}
+#define row_blocks32 row_fused
+#define row_kquant row_fused
+
+/* ---- prefill: a panel of rows decoded once, then met by every token of the batch ----
+ *
+ * The row kernels above decode and transpose a row's groups again for every tile of eight tokens, which costs about
+ * as much as the products themselves. Here PANEL_ROWS rows are decoded once into a buffer, and tiles of PANEL_TOKENS
+ * tokens meet them group by group: each activation vector is loaded once for all the panel's rows and each weight
+ * vector once for all the tile's tokens. Every (row, token) pair runs group_dot's arithmetic in group_dot's order
+ * (exact integer sums, then the same float operations), so its result has the row kernels' bits: batch invariance
+ * holds whichever path a call takes. The tokens go in blocks whose activations stay in L2. */
+#define PANEL_ROWS 3
+#define PANEL_TOKENS 4
+#define PANEL_MAX_GROUPS 40               /* 20480 elements of Q8_0 and the K-quants: 105 KiB of decoded rows */
+#define PANEL_X_BYTES ((size_t)256 << 10) /* activations per token block */
+
+AVX512 static ALWAYS_INLINE void panel_dot(const int split, const int shift, const int with_min,
+                                           const decoded_group *const *d, size_t gi, const sy_qx_row *x,
+                                           __m512 *acc) {
+    enum { R = PANEL_ROWS, T = PANEL_TOKENS };
+    const int count = d[0]->count, n_off16 = d[0]->n_off16;
+    const __mmask16 live = (__mmask16)(count == 16 ? 0xffffu : (1u << count) - 1u);
+    const int8_t *qi[T];
+    __m512 dx[T];
+    for (int t = 0; t < T; t++) {
+        qi[t] = x[t].qi + gi * 512;
+        dx[t] = count == 16 ? _mm512_loadu_ps(x[t].d + gi * 16) : _mm512_maskz_loadu_ps(live, x[t].d + gi * 16);
+    }
+    for (int h = 0; h < (split ? 2 : 1); h++) {
+        __m512i s[R * T];
+        for (int t = 0; t < T; t++) {
+            __m512i s0 = shift && h == 0 ? _mm512_slli_epi32(_mm512_loadu_si512(x[t].nsum + gi * 16), (unsigned)shift)
+                                         : _mm512_setzero_si512();
+            for (int r = 0; r < R; r++) s[r * T + t] = s0;
+        }
+        const int c0 = split ? 4 * h : 0, c1 = split ? 4 * h + 4 : 8;
+        for (int c = c0; c < c1; c++) {
+            __m512i w[R];
+            for (int r = 0; r < R; r++) w[r] = d[r]->v[c];
+            for (int t = 0; t < T; t++) {
+                const __m512i a = load64(qi[t] + 64 * c);
+                for (int r = 0; r < R; r++) s[r * T + t] = _mm512_dpbusd_epi32(s[r * T + t], w[r], a);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 scale = h ? d[r]->gs.scale_hi : d[r]->gs.scale;
+            for (int t = 0; t < T; t++)
+                acc[r * T + t] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r * T + t]), _mm512_mul_ps(scale, dx[t]), acc[r * T + t]);
+        }
+    }
+    if (with_min)
+        for (int t = 0; t < T; t++) {
+            const __m512 m = _mm512_mul_ps(dx[t], _mm512_cvtepi32_ps(_mm512_loadu_si512(x[t].nsum + gi * 16)));
+            for (int r = 0; r < R; r++) acc[r * T + t] = _mm512_fnmadd_ps(d[r]->gs.min, m, acc[r * T + t]);
+        }
+    for (int o = 0; o < n_off16; o++)
+        for (int t = 0; t < T; t++) {
+            const __m512 s16 = _mm512_loadu_ps(x[t].s16 + gi * 32 + 16 * (size_t)o);
+            for (int r = 0; r < R; r++) acc[r * T + t] = _mm512_fmadd_ps(d[r]->gs.off16[o], s16, acc[r * T + t]);
+        }
+}
+
+AVX512 static ALWAYS_INLINE void panel(sy_dtype type, const uint8_t *W, size_t row_bytes, size_t row_begin,
+                                       size_t row_end, size_t n, const void *QX, size_t k, size_t n_batch, float *Y,
+                                       size_t ldy, decoded_group (*decoded)[PANEL_MAX_GROUPS]) {
+    enum { R = PANEL_ROWS, T = PANEL_TOKENS };
+    const size_t n_groups = fused_groups(type, n);
+    size_t block = PANEL_X_BYTES / sy_qx_row_bytes(k) / T * T;
+    if (block < T) block = T;
+    for (size_t b0 = 0; b0 < n_batch; b0 += block) {
+        const size_t b1 = n_batch - b0 < block ? n_batch : b0 + block;
+        for (size_t r0 = row_begin; r0 < row_end; r0 += R) {
+            const int nr = row_end - r0 < (size_t)R ? (int)(row_end - r0) : R;
+            for (int r = 0; r < nr; r++)
+                for (size_t g = 0; g < n_groups; g++) decode_group(type, W + (r0 + (size_t)r) * row_bytes, n, g, &decoded[r][g]);
+            for (size_t t0 = b0; t0 < b1; t0 += T) {
+                const int nt = b1 - t0 < (size_t)T ? (int)(b1 - t0) : T;
+                sy_qx_row x[T];
+                for (int t = 0; t < T; t++) x[t] = sy_qx_row_at(QX, k, t0 + (size_t)(t < nt ? t : nt - 1));
+                __m512 acc[R * T];
+                for (int i = 0; i < R * T; i++) acc[i] = _mm512_setzero_ps();
+                for (size_t g = 0; g < n_groups; g++) {
+                    const decoded_group *d[R];
+                    for (int r = 0; r < R; r++) d[r] = &decoded[r < nr ? r : 0][g]; /* past nr: discarded */
+                    panel_dot(fused_split(type), blocks32_offset_shift(type), fused_with_min(type), d, g, x, acc);
+                }
+                for (int r = 0; r < nr; r++) {
+                    float out[T];
+                    hsum16_tokens(acc + r * T, nt, out);
+                    for (int t = 0; t < nt; t++) Y[(t0 + (size_t)t) * ldy + r0 + (size_t)r] = out[t];
+                }
+            }
+        }
+    }
+}
+
+/* one function per type, the decoding chosen at compile time */
+#define PANEL_FN(name, type)                                                                                           \
+    AVX512 static void panel_##name(const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t n,     \
+                                    const void *QX, size_t k, size_t n_batch, float *Y, size_t ldy) {                   \
+        _Alignas(64) decoded_group decoded[PANEL_ROWS][PANEL_MAX_GROUPS];                                               \
+        panel(type, W, row_bytes, row_begin, row_end, n, QX, k, n_batch, Y, ldy, decoded);                              \
+    }
+PANEL_FN(q4_0, SY_DTYPE_Q4_0)
+PANEL_FN(q4_1, SY_DTYPE_Q4_1)
+PANEL_FN(q5_0, SY_DTYPE_Q5_0)
+PANEL_FN(q5_1, SY_DTYPE_Q5_1)
+PANEL_FN(q8_0, SY_DTYPE_Q8_0)
+PANEL_FN(q2_k, SY_DTYPE_Q2_K)
+PANEL_FN(q3_k, SY_DTYPE_Q3_K)
+PANEL_FN(q4_k, SY_DTYPE_Q4_K)
+PANEL_FN(q5_k, SY_DTYPE_Q5_K)
+PANEL_FN(q6_k, SY_DTYPE_Q6_K)
+#undef PANEL_FN
+
+bool sy_fused_panel_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
+                           size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy) {
+    const sy_dtype_traits *info = sy_dtype_get(wtype);
+    if (k == 0 || info == NULL || info->block_elems == 0) return false;
+    const size_t n = k / info->block_elems;
+    if (fused_groups(wtype, n) > PANEL_MAX_GROUPS) return false;
+    void (*fn)(const uint8_t *, size_t, size_t, size_t, size_t, const void *, size_t, size_t, float *, size_t);
+    switch (wtype) {
+    case SY_DTYPE_Q4_0: fn = panel_q4_0; break;
+    case SY_DTYPE_Q4_1: fn = panel_q4_1; break;
+    case SY_DTYPE_Q5_0: fn = panel_q5_0; break;
+    case SY_DTYPE_Q5_1: fn = panel_q5_1; break;
+    case SY_DTYPE_Q8_0: fn = panel_q8_0; break;
+    case SY_DTYPE_Q2_K: fn = panel_q2_k; break;
+    case SY_DTYPE_Q3_K: fn = panel_q3_k; break;
+    case SY_DTYPE_Q4_K: fn = panel_q4_k; break;
+    case SY_DTYPE_Q5_K: fn = panel_q5_k; break;
+    case SY_DTYPE_Q6_K: fn = panel_q6_k; break;
+    default: return false;
+    }
+    fn((const uint8_t *)W, row_bytes, row_begin, row_end, n, QX, k, n_batch, Y, ldy);
+    return true;
 }
 
 /* ---- one function per type and tile width ---- */

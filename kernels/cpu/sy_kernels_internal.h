@@ -89,6 +89,13 @@ int sy_fused_kernels_avx2(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE_MAX
 int sy_fused_kernels_avx512(sy_dtype wtype, sy_fused_rows_fn out[SY_FUSED_TILE_MAX]);
 #endif
 
+#if SY_KERNELS_X86
+/* The AVX-512 matmul_qx for batches: PANEL_ROWS rows decoded once meet every token (sy_kernels_fused_avx512.c), with
+ * the row kernels' bits; false (nothing written) for a type it lacks or a row too long for its buffer. */
+bool sy_fused_panel_avx512(sy_dtype wtype, const void *W, size_t row_bytes, size_t row_begin, size_t row_end,
+                           size_t k, const void *QX, size_t n_batch, float *Y, size_t ldy);
+#endif
+
 /* The matmul_qx body of the fused path: every row against the batch in groups of `tile` (fns as above). */
 void sy_matmul_qx_fused_driver(sy_fused_rows_fn const fns[SY_FUSED_TILE_MAX], int tile, sy_dtype wtype, const void *W,
                                size_t row_bytes, size_t row_begin, size_t row_end, size_t k, const void *QX,
