@@ -49,6 +49,30 @@ static void group_task(void *arg, size_t task, size_t thread_index) {
     part_task(&g->parts[i], task - g->first_task[i]);
 }
 
+/* The activations quantized a few rows per task (rows are independent: the bits of one call). */
+typedef struct quantize_job {
+    const float *x;
+    size_t n, k, row_bytes;
+    uint8_t *qx;
+    _Atomic int failed;
+} quantize_job;
+#define QUANTIZE_ROWS_PER_TASK 16
+
+static void quantize_task(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    quantize_job *j = arg;
+    size_t r0 = task * QUANTIZE_ROWS_PER_TASK, n = j->n - r0 < QUANTIZE_ROWS_PER_TASK ? j->n - r0 : QUANTIZE_ROWS_PER_TASK;
+    if (sy_quantize_x(j->x + r0 * j->k, n, j->k, j->k, j->qx + r0 * j->row_bytes) != SY_KERNEL_OK)
+        atomic_store(&j->failed, 1);
+}
+
+static bool quantize_rows(sy_threadpool *pool, const float *x, size_t n, size_t k, void *qx) {
+    quantize_job j = {x, n, k, sy_quantize_x_bytes(k, 1), qx, 0};
+    if (j.row_bytes == 0) return false;
+    sy_threadpool_parallel_for(pool, (n + QUANTIZE_ROWS_PER_TASK - 1) / QUANTIZE_ROWS_PER_TASK, quantize_task, &j);
+    return atomic_load(&j.failed) == 0;
+}
+
 bool sy_matmul_group(sy_threadpool *pool, const sy_kernels *kern, const sy_tf_matrix *const *ws, float *const *ys,
                      size_t count, const float *x, size_t n, void *qx) {
     if (count == 0 || count > SY_MATMUL_GROUP_MAX) return false;
@@ -66,7 +90,7 @@ bool sy_matmul_group(sy_threadpool *pool, const sy_kernels *kern, const sy_tf_ma
         if (sy_matmul_wants_quantized_x(w->type)) quantized = true;
     }
     if (quantized) {
-        if (qx == NULL || sy_quantize_x(x, n, ws[0]->cols, ws[0]->cols, qx) != SY_KERNEL_OK) return false;
+        if (qx == NULL || !quantize_rows(pool, x, n, ws[0]->cols, qx)) return false;
         for (size_t i = 0; i < count; i++)
             if (sy_matmul_wants_quantized_x(ws[i]->type)) g.parts[i].qx = qx;
     }

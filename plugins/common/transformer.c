@@ -939,6 +939,21 @@ static bool attention_block(sy_tf_model *m, uint32_t l, size_t N) {
     return true;
 }
 
+/* gate = silu(gate) * up over rows of the chunk, a few per task */
+typedef struct swiglu_job {
+    float *gate;
+    const float *up;
+    size_t n_rows, width;
+} swiglu_job;
+#define SWIGLU_ROWS_PER_TASK 8
+
+static void swiglu_task(void *arg, size_t task, size_t thread_index) {
+    (void)thread_index;
+    const swiglu_job *j = arg;
+    size_t r0 = task * SWIGLU_ROWS_PER_TASK, r1 = r0 + SWIGLU_ROWS_PER_TASK < j->n_rows ? r0 + SWIGLU_ROWS_PER_TASK : j->n_rows;
+    sy_swiglu_f32(j->gate + r0 * j->width, j->gate + r0 * j->width, j->up + r0 * j->width, (r1 - r0) * j->width);
+}
+
 /* x += W_down · (silu(W_gate · xn) * (W_up · xn)),  xn = rmsnorm(x)       gate, up: [N][n_ff] */
 static bool ffn_block(sy_tf_model *m, uint32_t l, size_t N) {
     const sy_tf_config *c = &m->cfg;
@@ -948,7 +963,8 @@ static bool ffn_block(sy_tf_model *m, uint32_t l, size_t N) {
     const sy_tf_matrix *gate_up[] = {&L->w_gate, &L->w_up};
     float *const gate_up_out[] = {m->gate, m->up};
     if (!matmul_group(m, gate_up, gate_up_out, 2, m->xb, N)) return false;
-    sy_swiglu_f32(m->gate, m->gate, m->up, N * c->n_ff);
+    swiglu_job sj = {m->gate, m->up, N, c->n_ff};
+    sy_threadpool_parallel_for(m->pool, (N + SWIGLU_ROWS_PER_TASK - 1) / SWIGLU_ROWS_PER_TASK, swiglu_task, &sj);
     if (!matmul(m, &L->w_down, m->gate, N, m->xb)) return false;
     for (size_t i = 0; i < N * c->n_embd; i++) m->x[i] += m->xb[i];
     return true;
