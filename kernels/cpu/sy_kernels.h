@@ -82,6 +82,11 @@ typedef struct sy_kernels {
     /* y[i] = sy_expf(x[i]) for i < n (y may be x): the same bits on every tier, vectorised where the tier can. */
     void (*exp_f32)(const float *x, float *y, size_t n);
 
+    /* y[i] = x[i] / 2 * (1 + erf(x[i] / sqrt 2)), BERT's exact GELU, for i < n (y may be x). The scalar tier uses
+     * libm's erff; AVX2 and AVX-512 glibc's vector erff (libmvec, within 4 ulp of it), each element through a whole
+     * vector, so a result does not depend on where in x it sits, but the tiers differ in the last bits. */
+    void (*gelu_f32)(const float *x, float *y, size_t n);
+
     /* One block of keys of a query's attention with an online softmax: s_i = scale * dot_f32(q, K + i*stride, hd)
      * for i < n; if the largest s_i exceeds *max, out and *sum are first scaled by sy_expf(*max - largest) and
      * *max becomes it; then for each i in order, e = sy_expf(s_i - *max), *sum += e, axpy_f32(out, e, V +

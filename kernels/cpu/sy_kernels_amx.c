@@ -191,6 +191,7 @@ static void axpy_f32_amx(float *y, float alpha, const float *x, size_t n) {
     sy_kernels_avx512_table.axpy_f32(y, alpha, x, n);
 }
 static void exp_f32_amx(const float *x, float *y, size_t n) { sy_kernels_avx512_table.exp_f32(x, y, n); }
+static void gelu_f32_amx(const float *x, float *y, size_t n) { sy_kernels_avx512_table.gelu_f32(x, y, n); }
 static void attend_f32_amx(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
                            float scale, float *max, float *sum, float *out) {
     sy_kernels_avx512_table.attend_f32(q, K, V, stride, n, hd, scale, max, sum, out);
@@ -211,6 +212,7 @@ const sy_kernels sy_kernels_amx_table = {
     .matmul = matmul_amx,
     .matmul_qx = matmul_qx_amx,
     .exp_f32 = exp_f32_amx,
+    .gelu_f32 = gelu_f32_amx,
     .attend_f32 = attend_f32_amx,
     .f16_to_f32 = f16_to_f32_amx,
     .f32_to_f16 = f32_to_f16_amx,

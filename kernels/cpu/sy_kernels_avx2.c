@@ -265,6 +265,32 @@ AVX2 static void exp_f32_avx2(const float *x, float *y, size_t n) {
     for (; i < n; i++) y[i] = sy_expf(x[i]);
 }
 
+/* glibc's vector erff (libmvec), the AVX2 variant */
+__m256 _ZGVdN8v_erff(__m256 x);
+
+/* The GELU eight at a time; the tail through a zero-padded vector (the lanes are independent: the same bits). */
+AVX2 static void gelu_f32_avx2(const float *x, float *y, size_t n) {
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), r2 = _mm256_set1_ps((float)M_SQRT1_2);
+    for (size_t i = 0; i < n; i += 8) {
+        _Alignas(32) float buf[8] = {0};
+        const size_t m = n - i < 8 ? n - i : 8;
+        __m256 v;
+        if (m == 8) {
+            v = _mm256_loadu_ps(x + i);
+        } else {
+            memcpy(buf, x + i, m * sizeof(float));
+            v = _mm256_load_ps(buf);
+        }
+        __m256 g = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, _ZGVdN8v_erff(_mm256_mul_ps(v, r2))));
+        if (m == 8) {
+            _mm256_storeu_ps(y + i, g);
+        } else {
+            _mm256_store_ps(buf, g);
+            memcpy(y + i, buf, m * sizeof(float));
+        }
+    }
+}
+
 /* Eight accumulators to one vector of their sums, a[j] in lane j, each by sy_hsum8's tree (lane i + i + 4, then
  * i + 2, then i + 1) and never mixing two, so each sum has the bits sy_hsum8 gives it alone. */
 AVX2 static ALWAYS_INLINE __m256 reduce8(const __m256 a[8]) {
@@ -361,6 +387,7 @@ const sy_kernels sy_kernels_avx2_table = {
     .matmul = matmul_avx2,
     .matmul_qx = matmul_qx_avx2,
     .exp_f32 = exp_f32_avx2,
+    .gelu_f32 = gelu_f32_avx2,
     .attend_f32 = attend_f32_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,

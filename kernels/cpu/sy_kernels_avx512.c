@@ -232,6 +232,20 @@ AVX512 static void exp_f32_avx512(const float *x, float *y, size_t n) {
     }
 }
 
+/* glibc's vector erff (libmvec), the AVX-512 variant */
+__m512 _ZGVeN16v_erff(__m512 x);
+
+/* The GELU sixteen at a time, the tail through a masked vector (the lanes are independent: the same bits). */
+AVX512 static void gelu_f32_avx512(const float *x, float *y, size_t n) {
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), r2 = _mm512_set1_ps((float)M_SQRT1_2);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 g = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, _ZGVeN16v_erff(_mm512_mul_ps(v, r2))));
+        _mm512_mask_storeu_ps(y + i, m, g);
+    }
+}
+
 /* One key's products with q (hd = 16 nv, nv a multiple of 4) folded to one vector exactly as dot_f32_avx512 folds
  * them before its final reduction: four chains, each 64 elements a step, then (0 + 1) + (2 + 3). */
 AVX512 static ALWAYS_INLINE __m512 key_products(const int nv, const __m512 *qv, const float *k) {
@@ -343,6 +357,7 @@ const sy_kernels sy_kernels_avx512_table = {
     .matmul = matmul_avx512,
     .matmul_qx = matmul_qx_avx512,
     .exp_f32 = exp_f32_avx512,
+    .gelu_f32 = gelu_f32_avx512,
     .attend_f32 = attend_f32_avx512,
     .f16_to_f32 = f16_to_f32_avx512,
     .f32_to_f16 = f32_to_f16_avx512,

@@ -111,6 +111,10 @@ static void exp_f32_scalar(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = sy_expf(x[i]);
 }
 
+static void gelu_f32_scalar(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
 static void attend_f32_scalar(const float *q, const float *K, const float *V, size_t stride, size_t n, size_t hd,
                               float scale, float *max, float *sum, float *out) {
     sy_attend_with(dot_f32_scalar, exp_f32_scalar, axpy_f32_scalar, q, K, V, stride, n, hd, scale, max, sum, out);
@@ -124,6 +128,7 @@ const sy_kernels sy_kernels_scalar_table = {
     .matmul = matmul_scalar,
     .matmul_qx = matmul_qx_scalar,
     .exp_f32 = exp_f32_scalar,
+    .gelu_f32 = gelu_f32_scalar,
     .attend_f32 = attend_f32_scalar,
     .f16_to_f32 = sy_f16_to_f32_row,
     .f32_to_f16 = sy_f32_to_f16_row,

@@ -297,10 +297,9 @@ static void attention_task(void *arg, size_t task, size_t thread_index) {
     for (size_t r = 0; r < nq; r++) {
         float *row = scores + r * n, mx = -INFINITY, sum = 0.0f;
         for (size_t c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
-        for (size_t c = 0; c < n; c++) {
-            row[c] = expf((row[c] - mx) * scale);
-            sum += row[c];
-        }
+        for (size_t c = 0; c < n; c++) row[c] = (row[c] - mx) * scale;
+        m->kern->exp_f32(row, row, n); /* sy_expf: expf's bits, a vector at a time */
+        for (size_t c = 0; c < n; c++) sum += row[c];
         float inv = 1.0f / sum;
         for (size_t c = 0; c < n; c++) row[c] *= inv;
     }
@@ -346,10 +345,8 @@ static void gelu_rows(void *arg, size_t task, size_t thread_index) {
     size_t r1 = (task + 1) * ROWS_PER_TASK < j->n_rows ? (task + 1) * ROWS_PER_TASK : j->n_rows;
     for (size_t r = task * ROWS_PER_TASK; r < r1; r++) {
         float *y = j->y + r * F;
-        for (size_t i = 0; i < F; i++) {
-            float v = y[i] + j->bias[i];
-            y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
-        }
+        for (size_t i = 0; i < F; i++) y[i] += j->bias[i];
+        j->m->kern->gelu_f32(y, y, F);
     }
 }
 

@@ -348,6 +348,43 @@ static void test_exp(void **state) {
         if (sy_expf(edge[i]) != edge_want[i]) fail_msg("sy_expf(%g) = %g", edge[i], sy_expf(edge[i]));
 }
 
+/* The GELU of every tier against x/2 (1 + erf(x / sqrt 2)) in double precision, over -10..10 in steps of 1/1024 and
+ * the edges: within 4 ulp of erf's error bound plus float rounding (libmvec's erff is within 4 ulp), each element
+ * with the bits it gets alone (the tails go through a whole vector), and NaN, infinities and signed zero kept. */
+static void test_gelu(void **state) {
+    (void)state;
+    const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
+    int n_tiers = tiers_under_test(tiers);
+    enum { N = 20481 };
+    float *x = xmalloc(N * sizeof(float)), *got = xmalloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) x[i] = (float)((double)i / 1024.0 - 10.0);
+    for (int t = 0; t < n_tiers; t++) {
+        tiers[t]->gelu_f32(x, got, N);
+        for (size_t i = 0; i < N; i++) {
+            double v = x[i], ref = 0.5 * v * (1.0 + erf(v * M_SQRT1_2));
+            /* erf's error of 4 ulp of 1 at most, times |x| / 2, and the result's own rounding */
+            double tol = 4.0 * 0x1p-23 * fabs(v) + 2.0 * 0x1p-24 * fabs(ref) + 1e-30;
+            if (!(fabs((double)got[i] - ref) <= tol))
+                fail_msg("%s gelu(%.9g) = %.9g, want %.9g", tiers[t]->name, v, (double)got[i], ref);
+            if (i % 97 == 0) {
+                float alone;
+                tiers[t]->gelu_f32(&x[i], &alone, 1);
+                if (memcmp(&alone, &got[i], sizeof alone) != 0)
+                    fail_msg("%s gelu(%.9g): %a in a row, %a alone", tiers[t]->name, v, (double)got[i], (double)alone);
+            }
+        }
+        const float edge[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f};
+        float out[5];
+        tiers[t]->gelu_f32(edge, out, 5);
+        if (!isnan(out[0]) || out[1] != INFINITY || !(out[2] == 0.0f || isnan(out[2])) || out[3] != 0.0f ||
+            !signbit(out[3]) || out[4] != 0.0f || signbit(out[4]))
+            fail_msg("%s gelu of NaN, inf, -inf, -0, 0: %g %g %g %g %g", tiers[t]->name, (double)out[0],
+                     (double)out[1], (double)out[2], (double)out[3], (double)out[4]);
+    }
+    free(x);
+    free(got);
+}
+
 static void test_attend(void **state) {
     (void)state;
     const sy_kernels *tiers[SY_CPU_TIER_COUNT_];
@@ -1157,6 +1194,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_dot_and_axpy),
         cmocka_unit_test(test_exp),
+        cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_kv_conversions),
         cmocka_unit_test(test_matmul_f32),
