@@ -331,14 +331,32 @@ static inline int fused_with_min(sy_dtype type) {
 /* groups in a row of n blocks (n 256-element blocks for the K-quants, two per group; else 16 per group) */
 static inline size_t fused_groups(sy_dtype type, size_t n) { return fused_kquant(type) ? (n + 1) / 2 : (n + 15) / 16; }
 
-AVX512 static ALWAYS_INLINE void decode_group(sy_dtype type, const uint8_t *w, size_t n, size_t gi, decoded_group *d) {
+/* Group gi of a row of n blocks, decoded; full (a constant where it is inlined): every lane of the group is live,
+ * so the row kernels' main loop has no masks. */
+AVX512 static ALWAYS_INLINE void decode_group_in(sy_dtype type, const uint8_t *w, size_t n, size_t gi, const int full,
+                                                 decoded_group *d) {
     if (type == SY_DTYPE_Q4_K || type == SY_DTYPE_Q5_K) {
-        q4k_q5k_decode(type == SY_DTYPE_Q5_K, w, gi, 2 * gi + 2 <= n, d);
+        q4k_q5k_decode(type == SY_DTYPE_Q5_K, w, gi, full ? 1 : 2 * gi + 2 <= n, d);
     } else if (fused_kquant(type)) {
-        k16_decode(type, w, gi, 2 * gi + 2 <= n, d);
+        k16_decode(type, w, gi, full ? 1 : 2 * gi + 2 <= n, d);
     } else {
-        blocks32_decode(type, w, gi, n - 16 * gi >= 16 ? 16 : (int)(n - 16 * gi), d);
+        blocks32_decode(type, w, gi, full ? 16 : n - 16 * gi >= 16 ? 16 : (int)(n - 16 * gi), d);
     }
+}
+
+AVX512 static ALWAYS_INLINE void decode_group(sy_dtype type, const uint8_t *w, size_t n, size_t gi, decoded_group *d) {
+    decode_group_in(type, w, n, gi, 0, d);
+}
+
+/* groups of a row of n blocks with every lane live */
+static inline size_t fused_full_groups(sy_dtype type, size_t n) { return fused_kquant(type) ? n / 2 : n / 16; }
+
+AVX512 static ALWAYS_INLINE void row_group(sy_dtype type, const uint8_t *w, size_t n, size_t gi, const int full,
+                                           const sy_qx_row *x, const int nb, __m512 *acc) {
+    decoded_group d;
+    decode_group_in(type, w, n, gi, full, &d);
+    group_dot(d.v, &d.gs, fused_split(type), blocks32_offset_shift(type), fused_with_min(type),
+              full ? (fused_split(type) ? 2 : 0) : d.n_off16, gi, full ? 16 : d.count, x, nb, acc);
 }
 
 /* A row of n blocks against up to TILE tokens. */
@@ -346,12 +364,9 @@ AVX512 static ALWAYS_INLINE void row_fused(sy_dtype type, const uint8_t *w, size
                                            const int nb, float *out) {
     __m512 acc[TILE];
     for (int t = 0; t < nb; t++) acc[t] = _mm512_setzero_ps();
-    for (size_t gi = 0; gi < fused_groups(type, n); gi++) {
-        decoded_group d;
-        decode_group(type, w, n, gi, &d);
-        group_dot(d.v, &d.gs, fused_split(type), blocks32_offset_shift(type), fused_with_min(type), d.n_off16, gi,
-                  d.count, x, nb, acc);
-    }
+    const size_t full = fused_full_groups(type, n);
+    for (size_t gi = 0; gi < full; gi++) row_group(type, w, n, gi, 1, x, nb, acc);
+    if (full < fused_groups(type, n)) row_group(type, w, n, full, 0, x, nb, acc);
     hsum16_tokens(acc, nb, out);
 }
 #define row_blocks32 row_fused

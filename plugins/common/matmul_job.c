@@ -66,7 +66,11 @@ static void quantize_task(void *arg, size_t task, size_t thread_index) {
         atomic_store(&j->failed, 1);
 }
 
+/* Below this many elements a pass of the pool costs more than it saves. */
+#define QUANTIZE_PARALLEL_ELEMS ((size_t)128 << 10)
+
 static bool quantize_rows(sy_threadpool *pool, const float *x, size_t n, size_t k, void *qx) {
+    if (n * k < QUANTIZE_PARALLEL_ELEMS) return sy_quantize_x(x, n, k, k, qx) == SY_KERNEL_OK;
     quantize_job j = {x, n, k, sy_quantize_x_bytes(k, 1), qx, 0};
     if (j.row_bytes == 0) return false;
     sy_threadpool_parallel_for(pool, (n + QUANTIZE_ROWS_PER_TASK - 1) / QUANTIZE_ROWS_PER_TASK, quantize_task, &j);
