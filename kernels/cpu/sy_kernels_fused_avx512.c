@@ -409,7 +409,8 @@ AVX512 static ALWAYS_INLINE void panel_dot(const int split, const int shift, con
             __m512i w[R];
             for (int r = 0; r < R; r++) w[r] = d[r]->v[c];
             for (int t = 0; t < T; t++) {
-                const __m512i a = load64(qi[t] + 64 * c);
+                __m512i a = load64(qi[t] + 64 * c);
+                __asm__("" : "+v"(a)); /* one load for the panel's rows, not a memory operand in each vpdpbusd */
                 for (int r = 0; r < R; r++) s[r * T + t] = _mm512_dpbusd_epi32(s[r * T + t], w[r], a);
             }
         }
