@@ -1,7 +1,7 @@
 /* Q8_0 matrix product, AVX-512 tier against the AMX tier: 3584 x 896 weight rows (random codes, f16 scales) times
  * 64 tokens, one thread, three rounds; prints GMAC/s of each and whether the outputs are bit-identical (they must
  * be: the AMX tiles keep the AVX-512 tier's f32 order). Not part of the build:
- *   gcc -O2 -std=c11 -D_GNU_SOURCE -Ikernels/cpu tools/bench/amx_matmul.c build/kernels/cpu/libsy_kernels_cpu.a \
+ *   gcc -O2 -std=c11 -D_GNU_SOURCE -Ikernels/cpu tools/bench/amx_matmul.c build/kernels/cpu/libsy_kernels_cpu.a -lmvec \
  *       -lm -lpthread -o /tmp/amx_matmul && /tmp/amx_matmul */
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * (10^9 bytes), which docs/benchmarks.md divides decode's weight bytes per second by. Also prints which CPU tiers
  * the kernels offer here and why any is unavailable. Not part of the build:
  *   gcc -O2 -std=c11 -D_GNU_SOURCE -mavx512f -Ikernels/cpu tools/bench/stream_read.c \
- *       build/kernels/cpu/libsy_kernels_cpu.a -lm -lpthread -o /tmp/stream_read
+ *       build/kernels/cpu/libsy_kernels_cpu.a -lm -lmvec -lpthread -o /tmp/stream_read
  *   /tmp/stream_read [MiB, default 1024] [max threads, default 2] */
 #include <immintrin.h>
 #include <pthread.h>
