@@ -3,9 +3,9 @@
  *
  * vpdpbusd multiplies unsigned weight codes by signed activation bytes and sums each four into 32 bits in one
  * instruction. The 32-element block types take sixteen blocks at a time, one block per 32-bit lane (see
- * blocks32_decode), up to eight tokens per pass over the weights (more in a batch: see panel); the K-quants take 64 elements of a 256-element block
- * at a time, with the per-lane f32 scales picked by one permute per token, four tokens per pass. Reading ahead: see
- * sy_prefetch_ahead. */
+ * blocks32_decode), up to eight tokens per pass over the weights (more in a batch: see panel); the K-quants take
+ * 64 elements of a 256-element block at a time, with the per-lane f32 scales picked by one permute per token, four
+ * tokens per pass. Reading ahead: see sy_prefetch_ahead. */
 #include "sy_kernels_x86.h"
 
 #if SY_KERNELS_X86
@@ -444,8 +444,10 @@ AVX512 static ALWAYS_INLINE void panel(sy_dtype type, const uint8_t *W, size_t r
         const size_t b1 = n_batch - b0 < block ? n_batch : b0 + block;
         for (size_t r0 = row_begin; r0 < row_end; r0 += R) {
             const int nr = row_end - r0 < (size_t)R ? (int)(row_end - r0) : R;
-            for (int r = 0; r < nr; r++)
-                for (size_t g = 0; g < n_groups; g++) decode_group(type, W + (r0 + (size_t)r) * row_bytes, n, g, &decoded[r][g]);
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *w = W + (r0 + (size_t)r) * row_bytes;
+                for (size_t g = 0; g < n_groups; g++) decode_group(type, w, n, g, &decoded[r][g]);
+            }
             for (size_t t0 = b0; t0 < b1; t0 += T) {
                 const int nt = b1 - t0 < (size_t)T ? (int)(b1 - t0) : T;
                 sy_qx_row x[T];
@@ -468,11 +470,11 @@ AVX512 static ALWAYS_INLINE void panel(sy_dtype type, const uint8_t *W, size_t r
 }
 
 /* one function per type, the decoding chosen at compile time */
-#define PANEL_FN(name, type)                                                                                           \
-    AVX512 static void panel_##name(const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t n,     \
-                                    const void *QX, size_t k, size_t n_batch, float *Y, size_t ldy) {                   \
-        _Alignas(64) decoded_group decoded[PANEL_ROWS][PANEL_MAX_GROUPS];                                               \
-        panel(type, W, row_bytes, row_begin, row_end, n, QX, k, n_batch, Y, ldy, decoded);                              \
+#define PANEL_FN(name, type)                                                                                       \
+    AVX512 static void panel_##name(const uint8_t *W, size_t row_bytes, size_t row_begin, size_t row_end, size_t n, \
+                                    const void *QX, size_t k, size_t n_batch, float *Y, size_t ldy) {               \
+        _Alignas(64) decoded_group decoded[PANEL_ROWS][PANEL_MAX_GROUPS];                                           \
+        panel(type, W, row_bytes, row_begin, row_end, n, QX, k, n_batch, Y, ldy, decoded);                          \
     }
 PANEL_FN(q4_0, SY_DTYPE_Q4_0)
 PANEL_FN(q4_1, SY_DTYPE_Q4_1)

@@ -61,7 +61,8 @@ typedef struct quantize_job {
 static void quantize_task(void *arg, size_t task, size_t thread_index) {
     (void)thread_index;
     quantize_job *j = arg;
-    size_t r0 = task * QUANTIZE_ROWS_PER_TASK, n = j->n - r0 < QUANTIZE_ROWS_PER_TASK ? j->n - r0 : QUANTIZE_ROWS_PER_TASK;
+    size_t r0 = task * QUANTIZE_ROWS_PER_TASK;
+    size_t n = j->n - r0 < QUANTIZE_ROWS_PER_TASK ? j->n - r0 : QUANTIZE_ROWS_PER_TASK;
     if (sy_quantize_x(j->x + r0 * j->k, n, j->k, j->k, j->qx + r0 * j->row_bytes) != SY_KERNEL_OK)
         atomic_store(&j->failed, 1);
 }

@@ -950,7 +950,8 @@ typedef struct swiglu_job {
 static void swiglu_task(void *arg, size_t task, size_t thread_index) {
     (void)thread_index;
     const swiglu_job *j = arg;
-    size_t r0 = task * SWIGLU_ROWS_PER_TASK, r1 = r0 + SWIGLU_ROWS_PER_TASK < j->n_rows ? r0 + SWIGLU_ROWS_PER_TASK : j->n_rows;
+    size_t r0 = task * SWIGLU_ROWS_PER_TASK;
+    size_t r1 = r0 + SWIGLU_ROWS_PER_TASK < j->n_rows ? r0 + SWIGLU_ROWS_PER_TASK : j->n_rows;
     sy_swiglu_f32(j->gate + r0 * j->width, j->gate + r0 * j->width, j->up + r0 * j->width, (r1 - r0) * j->width);
 }
 
